@@ -1,0 +1,3 @@
+from opsctl.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""prime-rl-style training jobs: SFT and asynchronous off-policy RL."""
