@@ -104,7 +104,6 @@ def test_unknown_addon_fails_cleanly(run_opsctl, tmp_path: Path) -> None:
     assert SimCluster(state_dir=tmp_path / "u").status().processes == []
 
 
-@pytest.mark.slow
 def test_sixty_four_nodes(sim_factory, run_opsctl, record_property) -> None:
     cluster = sim_factory(nodes=64)
     result = run_opsctl("nodes", "--json", env=cluster.env_vars)
