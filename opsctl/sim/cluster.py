@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import time
+import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -472,19 +473,23 @@ class SimCluster:
             f"NodeName={fold(state.nodes)} Name=gpu Type={GPU_TYPE} "
             f"File={d / 'dev'}/nvidia[0-{GPUS_PER_NODE - 1}]\n"
         )
-        self.config_path.write_text(
-            "# Written by opsctl sim for the simulated cluster in this directory.\n"
-            "[slurm]\n"
-            'backend = "cli"\n'
-            f'partition = "{PARTITION}"\n'
-            f'slurm_conf = "{self.slurm_conf}"\n'
-            "command_timeout = 60\n"
-            "\n[guardrails]\n"
-            "max_drain_fraction = 0.10\n"
-            "min_drain_nodes = 1\n"
-            "\n[audit]\n"
-            f'log = "{self.audit_log}"\n'
-        )
+        self.config_path.unlink(missing_ok=True)
+        self.set_config("slurm", backend="cli", partition=PARTITION, slurm_conf=str(self.slurm_conf),
+                        command_timeout=60)
+        self.set_config("guardrails", max_drain_fraction=0.10, min_drain_nodes=1)
+        self.set_config("audit", log=str(self.audit_log))
+
+    def set_config(self, section: str, **values: Any) -> None:
+        """Set keys in this cluster's opsctl.toml (add-ons use it, e.g. `[prometheus] url`)."""
+        tables: dict[str, dict[str, Any]] = {}
+        if self.config_path.exists():
+            tables = tomllib.loads(self.config_path.read_text())
+        tables.setdefault(section, {}).update(values)
+        lines = ["# Written by opsctl sim for the simulated cluster in this directory."]
+        for name, table in tables.items():
+            lines.append(f"\n[{name}]")
+            lines.extend(f"{key} = {_toml_value(value)}" for key, value in table.items())
+        self.config_path.write_text("\n".join(lines) + "\n")
 
     def _cancel_jobs(self) -> None:
         """Cancel every job so slurmstepd and job processes exit before slurmd goes."""
@@ -503,6 +508,18 @@ class SimCluster:
                     time.sleep(0.3)
         except subprocess.TimeoutExpired:
             pass
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
 
 
 def _summarize(states: Mapping[str, str]) -> str:

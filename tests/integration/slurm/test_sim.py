@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from opsctl.config import load_config
 from opsctl.sim.addons import ADDONS
 from opsctl.sim.cluster import SimCluster
 from opsctl.sim.procs import is_running
@@ -28,6 +29,7 @@ class _MarkerAddon:
     def start(self, sim: SimCluster) -> None:
         sim.spawn("marker-sleep", ["sleep", "600"])
         (sim.state_dir / "marker").write_text("started")
+        sim.set_config("prometheus", url="http://127.0.0.1:19090")
 
     def stop(self, sim: SimCluster) -> None:
         (sim.state_dir / "marker").write_text("stopped")
@@ -91,6 +93,9 @@ def test_addons_start_and_stop_with_the_cluster(tmp_path: Path, monkeypatch: pyt
     with cluster:
         assert (cluster.state_dir / "marker").read_text() == "started"
         assert cluster.status().addons == {"marker": {"marker": "started"}}
+        config = load_config(cluster.config_path)  # add-ons extend the sim's opsctl.toml
+        assert config.prometheus.url == "http://127.0.0.1:19090"
+        assert config.slurm.slurm_conf == str(cluster.slurm_conf) and config.slurm.partition == "gpu"
         pid = next(p.pid for p in cluster.status().processes if p.name == "marker-sleep")
         assert is_running(pid)
     assert (cluster.state_dir / "marker").read_text() == "stopped"
