@@ -187,11 +187,18 @@ class SimCluster:
                 )
             return self
         self.down()  # leftovers of a crashed run
-        try:
-            self._start()
-        except BaseException:
-            self.down()
-            raise
+        for attempt in range(3):
+            try:
+                self._start()
+                return self
+            except SimError as exc:
+                self.down()
+                # Another cluster on this host may grab a port between our choice and the bind.
+                if "Address already in use" not in str(exc) or attempt == 2:
+                    raise
+            except BaseException:
+                self.down()
+                raise
         return self
 
     def _start(self) -> None:
@@ -331,14 +338,22 @@ class SimCluster:
         return states
 
     def wait_nodes_idle(self, nodes: Sequence[str], timeout: float) -> None:
-        self.wait_for(lambda s: all(s.get(n) == "idle" for n in nodes), timeout, "nodes to become idle")
+        watch = ["munged", "slurmctld", *(f"slurmd-{n}" for n in nodes)]
+        self.wait_for(lambda s: all(s.get(n) == "idle" for n in nodes), timeout, "nodes to become idle",
+                      watch)
 
-    def wait_for(self, predicate: Any, timeout: float, what: str) -> dict[str, str]:
-        """Poll sinfo until `predicate(states)` holds; SimError with the last states otherwise."""
+    def wait_for(
+        self, predicate: Any, timeout: float, what: str, watch: Sequence[str] = ()
+    ) -> dict[str, str]:
+        """Poll sinfo until `predicate(states)` holds; SimError with the last states otherwise, or
+        at once when a daemon named in `watch` has exited (with the end of its log)."""
         last: dict[str, dict[str, str]] = {"states": {}}
 
         @retry(stop=stop_after_delay(timeout), wait=wait_fixed(0.5), retry=retry_if_result(lambda ok: not ok))
         def poll() -> bool:
+            for name in watch:
+                if not self.procs.alive(name):
+                    raise SimError(f"{name} exited: {self._log_tail(name)}")
             last["states"] = self.sinfo_states()
             return bool(last["states"]) and bool(predicate(last["states"]))
 
@@ -366,12 +381,19 @@ class SimCluster:
         return "is UP" in out.stdout
 
     def _log_tail(self, name: str) -> str:
-        path = self.state_dir / "log" / f"{name}.log"
-        try:
-            lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
-        except OSError:
-            return "(no log)"
-        return " | ".join(lines[-3:]) or "(empty log)"
+        """The last lines a daemon wrote (its stdout/stderr log, then Slurm's own log file)."""
+        if name.startswith("slurmd-"):
+            daemon_log = name.replace("slurmd-", "slurmd-daemon-", 1)
+        else:
+            daemon_log = f"{name}-daemon"
+        lines: list[str] = []
+        for path in (self.state_dir / "log" / f"{name}.log", self.state_dir / "log" / f"{daemon_log}.log"):
+            try:
+                lines += [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+            except OSError:
+                continue
+        errors = [line for line in lines if "error" in line.lower() or "fatal" in line.lower()]
+        return " | ".join((errors or lines)[-3:]) or "(empty log)"
 
     # -- setup -----------------------------------------------------------------------------
     def _check_tools(self) -> None:

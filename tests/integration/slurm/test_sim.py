@@ -127,3 +127,32 @@ def test_sixty_four_nodes(sim_factory, run_opsctl, record_property) -> None:
     refused = run_opsctl("drain", "gpu-007", "--reason", "scale test", env=cluster.env_vars)
     assert refused.returncode == 2
     assert run_opsctl("resume", "gpu-[001-006]", env=cluster.env_vars).returncode == 0
+
+
+def test_a_port_taken_after_choosing_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another cluster may bind a port between our choice and slurmd's bind: up() retries."""
+    import socket
+
+    import opsctl.sim.cluster as cluster_module
+
+    blocker = socket.socket()
+    blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    blocker.bind(("0.0.0.0", 0))
+    blocker.listen()
+    real_free_ports = cluster_module.free_ports
+    calls: list[int] = []
+
+    def first_choice_collides(count: int) -> list[int]:
+        ports = real_free_ports(count)
+        calls.append(count)
+        if len(calls) == 1:
+            ports[-1] = blocker.getsockname()[1]  # the last slurmd's port is already taken
+        return ports
+
+    monkeypatch.setattr(cluster_module, "free_ports", first_choice_collides)
+    try:
+        with SimCluster(nodes=2, state_dir=tmp_path / "p") as cluster:
+            assert len(calls) == 2
+            assert cluster.sinfo_states() == {"gpu-001": "idle", "gpu-002": "idle"}
+    finally:
+        blocker.close()
