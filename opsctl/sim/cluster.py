@@ -36,6 +36,7 @@ DEFAULT_PREFIX = "gpu-"
 PARTITION = "gpu"
 MAX_NODES = 512
 _UNIX_PATH_MAX = 107
+_CONF_MARKER = "# Written by opsctl sim: a simulated cluster (multiple-slurmd emulation on one host)."
 
 
 class SimError(OpsctlError):
@@ -150,8 +151,7 @@ class SimCluster:
         state = self.load_state()
         if state is not None:
             return list(state.nodes)
-        width = max(3, len(str(self.num_nodes)))
-        return [f"{self.prefix}{i:0{width}d}" for i in range(1, self.num_nodes + 1)]
+        return self.node_names_fresh()
 
     def load_state(self) -> SimState | None:
         try:
@@ -203,6 +203,8 @@ class SimCluster:
 
     def _start(self) -> None:
         self._check_tools()
+        for name in self.addon_names:  # an unknown add-on fails before any daemon starts
+            self._addons[name] = load_addon(name)
         self._prepare_dirs()
         nodes = self.node_names_fresh()
         ports = free_ports(len(nodes) + 1)
@@ -223,9 +225,7 @@ class SimCluster:
             self.start_slurmd(node)
         self.wait_nodes_idle(nodes, self.ready_timeout)
         for name in self.addon_names:
-            addon = load_addon(name)
-            self._addons[name] = addon
-            addon.start(self)
+            self._addons[name].start(self)
 
     def node_names_fresh(self) -> list[str]:
         width = max(3, len(str(self.num_nodes)))
@@ -248,10 +248,18 @@ class SimCluster:
         self.procs.stop_many(addon_procs)
         self.procs.stop_many([n for n in names if n.startswith("slurmd-")])
         self.procs.stop_many([n for n in names if n == "slurmctld"])
-        sweep_strays(self.state_dir)
+        if self._is_sim_dir():  # never sweep a directory that is not ours (`--state-dir /` typo)
+            sweep_strays(self.state_dir)
         self.procs.stop_many([n for n in names if n == "munged"])
         self._addons.clear()
         (self.state_dir / "sim.json").unlink(missing_ok=True)
+
+    def _is_sim_dir(self) -> bool:
+        try:
+            head = self.slurm_conf.read_text()[:200]
+        except OSError:
+            return False
+        return head.startswith(_CONF_MARKER) and self.state_dir != Path(self.state_dir.anchor)
 
     def __enter__(self) -> SimCluster:
         return self.up()
@@ -444,7 +452,7 @@ class SimCluster:
     def _write_files(self, state: SimState) -> None:
         d = self.state_dir
         lines = [
-            "# Written by opsctl sim: a simulated cluster (multiple-slurmd emulation on one host).",
+            _CONF_MARKER,
             f"ClusterName=sim{secrets.token_hex(3)}",
             f"SlurmctldHost={state.hostname}(127.0.0.1)",
             f"SlurmctldPort={state.ctld_port}",
