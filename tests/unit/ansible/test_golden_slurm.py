@@ -28,7 +28,9 @@ def render(tmp_path: Path, *extra: str, record_dir: Path | None = None) -> Path:
     run_ansible(
         "ansible-playbook",
         ["-i", "inventory/production", PLAYBOOK, "-e", f"slurm_render_dest={out}", "-e", f"hw_facts_record_dir={records}",
-         "-e", f"ansible_python_interpreter={sys.executable}", *extra],
+         "-e", f"ansible_python_interpreter={sys.executable}",
+         # no daemon restarts here: the handlers are for the cluster's hosts
+         "-e", '{"slurm_is_compute": false, "slurm_is_controller": false, "slurm_is_dbd": false}', *extra],
         tmp_path,
     )
     return out
