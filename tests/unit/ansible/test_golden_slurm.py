@@ -195,3 +195,21 @@ def test_a_compute_node_without_facts_or_declaration_is_refused(tmp_path):
 @pytest.mark.parametrize("name", FILES)
 def test_golden_files_are_what_the_repository_ships(name):
     assert (REPO / "tests" / "golden" / "production" / name).is_file()
+
+
+def test_facts_are_recorded_outside_the_inventory_directory(tmp_path):
+    # Ansible reads every file of an inventory directory as an inventory source, JSON included
+    proc = run_ansible(
+        "ansible",
+        [
+            "-i",
+            "inventory/production",
+            "gpu-001",
+            "-m",
+            "ansible.builtin.debug",
+            "-a",
+            "var=hw_facts_record_dir",
+        ],
+        tmp_path,
+    )
+    assert f'"{REPO}/inventory/recorded_facts/production"' in proc.stdout
