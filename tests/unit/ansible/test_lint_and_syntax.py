@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import configparser
 import re
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -102,3 +105,20 @@ def test_ansible_cfg_runs_from_the_repository_root():
         "./library",
         "./opsctl/parsers",
     )
+
+
+def test_prometheus_role_finds_the_repository_alert_rules_and_promtool_accepts_them(tmp_path):
+    defaults = yaml.safe_load((REPO / "roles" / "prometheus" / "defaults" / "main.yml").read_text())
+    glob = defaults["prometheus_rules_src_glob"].replace(
+        "{{ role_path }}", str(REPO / "roles" / "prometheus")
+    )
+    rules = sorted(Path(glob).parent.resolve().glob(Path(glob).name))
+    assert rules, f"no alert rules match {glob}"
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed")
+    for rule in rules:
+        proc = subprocess.run(
+            [promtool, "check", "rules", str(rule)], capture_output=True, text=True, timeout=60
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
