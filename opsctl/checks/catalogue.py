@@ -161,6 +161,9 @@ def check_retired_pages(ev: Evidence, th: Thresholds, now: float) -> list[Verdic
 
     def judge(g: GpuEvidence) -> tuple[Status, str, dict[str, object]] | None:
         if g.retired_pages_dbe is None and g.retired_pages_pending is None:
+            # Ampere and later report row remapping instead ("Retired Pages: N/A"): not applicable
+            if g.remap_failure is not None or g.remap_pending is not None:
+                return Status.OK, "", {}
             return None
         dbe, sbe = g.retired_pages_dbe or 0, g.retired_pages_sbe or 0
         detail: dict[str, object] = {"dbe": dbe, "sbe": sbe, "pending": g.retired_pages_pending}
