@@ -184,11 +184,22 @@ class SshSource:
         self.settings = settings or SshSettings()
 
     def collect(self, nodes: list[str], now: float) -> list[Evidence]:
-        cmds = commands(self.settings)
+        settings = self.settings
+        return self._collect_with(
+            nodes, now, commands(settings), lambda node, out, t: evidence_from_outputs(node, out, t, settings)
+        )
+
+    def _collect_with(
+        self,
+        nodes: list[str],
+        now: float,
+        cmds: dict[str, str],
+        build: Callable[[str, dict[str, CommandResult], float], Evidence],
+    ) -> list[Evidence]:
         results: dict[str, Evidence] = {}
         workers = max(1, min(self.settings.parallel, len(nodes)))
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = {pool.submit(self._one, node, cmds, now): node for node in nodes}
+            futures = {pool.submit(self._one, node, cmds, now, build): node for node in nodes}
             for fut in concurrent.futures.as_completed(futures):
                 node = futures[fut]
                 try:
@@ -199,7 +210,13 @@ class SshSource:
                     )
         return [results[n] for n in nodes]
 
-    def _one(self, node: str, cmds: dict[str, str], now: float) -> Evidence:
+    def _one(
+        self,
+        node: str,
+        cmds: dict[str, str],
+        now: float,
+        build: Callable[[str, dict[str, CommandResult], float], Evidence],
+    ) -> Evidence:
         import paramiko
 
         s = self.settings
@@ -245,7 +262,7 @@ class SshSource:
                         error=f"timed out after {s.node_timeout:g}s (at {key})",
                     )
                 out[key] = _run(client, cmd, left)
-            return evidence_from_outputs(node, out, now, s)
+            return build(node, out, now)
         finally:
             client.close()
 
