@@ -207,6 +207,13 @@ _DCGM_FIELDS: tuple[tuple[str, str, str, object, bool], ...] = (
         False,
     ),
     (
+        "DCGM_FI_DEV_ROW_REMAP_PENDING",
+        "gauge",
+        "Whether remapping of rows is pending",
+        lambda g: int(g.remapped_rows_pending),
+        False,
+    ),
+    (
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
         "gauge",
         "Ratio of time the graphics engine is active.",
