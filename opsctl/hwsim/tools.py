@@ -103,12 +103,14 @@ def perfquery(argv: Sequence[str]) -> str:
 
 def dcgmi(argv: Sequence[str]) -> str:
     ap = _parser("dcgmi")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--state", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub = ap.add_subparsers(dest="command", required=True)
-    diag = sub.add_parser("diag")
+    diag = sub.add_parser("diag", parents=[common])
     diag.add_argument("-r", "--run", required=True)
     diag.add_argument("-j", "--json", action="store_true")
     diag.add_argument("-g", "--group", default="0")
-    health = sub.add_parser("health")
+    health = sub.add_parser("health", parents=[common])
     health.add_argument("-c", "--check", action="store_true")
     health.add_argument("-j", "--json", action="store_true")
     health.add_argument("-g", "--group", default="0")
