@@ -101,7 +101,6 @@ def test_eight_nodes_faults_and_clean_down(make_sim: Callable[[int], SimCluster]
     assert not sim.procs.alive("prometheus") and not sim.procs.alive("hwsim-exporter")
 
 
-@pytest.mark.slow
 def test_sixty_four_nodes_serve_512_gpus(make_sim: Callable[[int], SimCluster]) -> None:
     sim = make_sim(64)
     info = monitoring.load_info(sim)
