@@ -269,6 +269,25 @@ class SimCluster:
             addons=addons,
         )
 
+    def reset(self, timeout: float | None = None) -> None:
+        """Back to a clean slate between tests: cancel jobs, restart stopped slurmd, resume every
+        node, wait until all are idle."""
+        state = self.load_state()
+        if state is None:
+            raise SimError(f"no simulated cluster in {self.state_dir}")
+        self._cancel_jobs()
+        for node in state.nodes:
+            if not self.slurmd_running(node):
+                self.start_slurmd(node)
+        states = self.sinfo_states()
+        busy = [n for n, s in states.items() if s != "idle"]
+        if busy:
+            from opsctl.nodeset import fold
+
+            subprocess.run(["scontrol", "update", f"NodeName={fold(busy)}", "State=RESUME"],
+                           capture_output=True, env=self.env, timeout=60, check=False)
+        self.wait_nodes_idle(state.nodes, timeout or self.ready_timeout)
+
     # -- fault injection -------------------------------------------------------------------
     def stop_slurmd(self, node: str) -> None:
         """Stop one node's slurmd (slurmctld marks it NOT_RESPONDING, then DOWN, after SlurmdTimeout)."""

@@ -76,6 +76,12 @@ class CliBackend(SlurmBackend):
             raise SlurmError(f"{argv[0]} --json returned invalid JSON: {exc}") from None
         if not isinstance(doc, dict):
             raise SlurmError(f"{argv[0]} --json returned {type(doc).__name__}, not an object")
+        errors = doc.get("errors") or []
+        if errors:
+            # 22.05 exits 0 with an "errors" list (and no data) when slurmctld cannot be reached.
+            first = errors[0] if isinstance(errors[0], dict) else {"error": str(errors[0])}
+            text = first.get("description") or first.get("error") or "unspecified error"
+            raise Unreachable(f"slurmctld unreachable or failing: {argv[0]} --json reported {text!r}")
         return doc
 
     def adapter(self) -> ModuleType | None:
