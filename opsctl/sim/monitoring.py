@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from opsctl.errors import ConfigError, UsageError
 from opsctl.hwsim.faults import apply_fault
 from opsctl.hwsim.faults import heal as heal_state
-from opsctl.hwsim.state import NodeHardware, ensure_node, load, make_node, save, state_path
+from opsctl.hwsim.state import NodeHardware, load, make_node, save, state_path
 
 if TYPE_CHECKING:
     from opsctl.sim.cluster import SimCluster
@@ -246,7 +246,7 @@ def inject(sim: SimCluster, node: str, fault: str, *, dry_run: bool = False) -> 
     """
     _checked_node(sim, node)
     path = state_path(hw_dir(sim), node)
-    state = ensure_node(hw_dir(sim), node)
+    state = load(path) if path.exists() else make_node(node)
     apply_fault(state, fault)
     if dry_run:
         return state
