@@ -193,3 +193,20 @@ def test_missing_state_gives_500_not_a_crash(exporter: MultiExporter, tmp_path: 
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
     assert err.value.code == 500
     assert _scrape(exporter.ports()["gpu-002"])
+
+
+def test_single_node_mode_on_the_shims_state_file(tmp_path: Path) -> None:
+    """The lab form: one node, the same state file the tool shims read."""
+    state = tmp_path / "state.json"
+    exp = MultiExporter(tmp_path, [("gpu-044", 0)], state_file=state)
+    exp.start()
+    try:
+        assert state.exists() and not state_path(tmp_path, "gpu-044").exists()
+        hw = load(state)
+        apply_fault(hw, "gpu_missing=0")
+        save(hw, state)
+        assert len(_scrape(exp.ports()["gpu-044"])["DCGM_FI_DEV_GPU_TEMP"]) == 7
+    finally:
+        exp.stop()
+    with pytest.raises(ValueError):
+        MultiExporter(tmp_path, [("a", 0), ("b", 0)], state_file=state)
