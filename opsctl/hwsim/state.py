@@ -307,8 +307,11 @@ def load(path: str | os.PathLike[str]) -> NodeHardware:
 
 
 def save(state: NodeHardware, path: str | os.PathLike[str]) -> None:
-    """Write atomically (temp file + rename) so concurrent readers see the old or the new state."""
-    target = Path(path)
+    """Write atomically (temp file + rename) so concurrent readers see the old or the new state.
+
+    A symlink (the lab's ``state.json`` -> ``NODE.json``) is followed, not replaced.
+    """
+    target = Path(path).resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:

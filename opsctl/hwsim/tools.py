@@ -27,7 +27,13 @@ from pathlib import Path
 from opsctl.hwsim.render_dcgm import diag_failed, render_dcgmi_diag, render_dcgmi_health
 from opsctl.hwsim.render_dmesg import render_dmesg
 from opsctl.hwsim.render_ib import UnknownDevice, render_ibstat, render_perfquery_x, write_sysfs_tree
-from opsctl.hwsim.render_nvidia_smi import render_nvidia_smi_q, render_nvlink_status
+from opsctl.hwsim.render_nvidia_smi import (
+    UnknownField,
+    render_list,
+    render_nvidia_smi_q,
+    render_nvlink_status,
+    render_query_gpu,
+)
 from opsctl.hwsim.state import NodeHardware, load, save
 
 STATE_ENV = "HWSIM_STATE"
@@ -62,6 +68,9 @@ def nvidia_smi(argv: Sequence[str]) -> str:
     ap.add_argument("-q", "--query", action="store_true")
     ap.add_argument("words", nargs="*")
     ap.add_argument("-s", "--status", action="store_true")
+    ap.add_argument("-L", "--list-gpus", action="store_true")
+    ap.add_argument("--query-gpu")
+    ap.add_argument("--format")
     args = ap.parse_args(argv)
     state = _state(args.state)
     if not state.present_gpus:
@@ -71,7 +80,16 @@ def nvidia_smi(argv: Sequence[str]) -> str:
         return render_nvlink_status(state)
     if args.query and not args.words:
         return render_nvidia_smi_q(state)
-    raise ToolError("simulated nvidia-smi supports only -q and 'nvlink -s'", 2)
+    if args.list_gpus:
+        return render_list(state)
+    if args.query_gpu:
+        if not args.format or not args.format.startswith("csv"):
+            raise ToolError("Please specify the output format: --format=csv", 2)
+        try:
+            return render_query_gpu(state, args.query_gpu.split(","), args.format)
+        except UnknownField as exc:
+            raise ToolError(f'Field "{exc.args[0]}" is not a valid field to query.', 2) from None
+    raise ToolError("simulated nvidia-smi supports -q, -L, --query-gpu and 'nvlink -s'", 2)
 
 
 def ibstat(argv: Sequence[str]) -> str:

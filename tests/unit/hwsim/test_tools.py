@@ -115,3 +115,32 @@ def test_installed_shims_run_on_a_bare_python(state_file: Path, tmp_path: Path) 
         check=True,
     ).stdout
     assert len(parse_ibstat(out).cas) == 8
+
+
+def test_query_gpu_and_list(state_file: Path, node: NodeHardware, capsys: pytest.CaptureFixture[str]) -> None:
+    # The form the nvidia Ansible role uses to read the driver version.
+    assert (
+        main(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", "--state", str(state_file)]
+        )
+        == 0
+    )
+    assert capsys.readouterr().out.splitlines() == [node.driver_version] * 8
+    assert (
+        main(["nvidia-smi", "--query-gpu=index,memory.total", "--format=csv", "--state", str(state_file)])
+        == 0
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "index, memory.total [MiB]" and lines[1] == "0, 143771 MiB" and len(lines) == 9
+    assert main(["nvidia-smi", "--query-gpu=bogus", "--format=csv", "--state", str(state_file)]) == 2
+    assert 'Field "bogus" is not a valid field to query.' in capsys.readouterr().err
+    assert main(["nvidia-smi", "-L", "--state", str(state_file)]) == 0
+    assert capsys.readouterr().out.splitlines()[3] == f"GPU 3: NVIDIA H200 (UUID: {node.gpu(3).uuid})"
+
+
+def test_saving_through_a_symlink_keeps_the_link(tmp_path: Path, node: NodeHardware) -> None:
+    save(node, tmp_path / "gpu-007.json")
+    (tmp_path / "state.json").symlink_to("gpu-007.json")
+    assert main(["fault", str(tmp_path / "state.json"), "xid=79"]) == 0
+    assert (tmp_path / "state.json").is_symlink()
+    assert load(tmp_path / "gpu-007.json").xids[0].xid == 79
