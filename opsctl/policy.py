@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 from collections import defaultdict
 from collections.abc import Sequence
@@ -31,7 +32,7 @@ from typing import Any, Protocol
 
 from opsctl.checks.model import Status, Verdict
 from opsctl.checks.runner import NodeReport
-from opsctl.errors import ConfigError
+from opsctl.errors import ConfigError, Refused
 
 REASON_PREFIX = "opsctl:"
 MAX_REASON = 120
@@ -115,9 +116,12 @@ class PolicyState:
         os.replace(tmp, p)
 
 
+_REASON_CHARS = re.compile(r"[^A-Za-z0-9 .,_/@%+=-]")
+
+
 def drain_reason(v: Verdict) -> str:
-    """``opsctl:<code>:<short evidence>``, without characters Slurm or shells would mangle."""
-    short = " ".join(v.short_evidence.replace(":", " ").replace('"', "").replace("'", "").split())
+    """``opsctl:<code>:<short evidence>``, in the plain characters the drain guardrails accept."""
+    short = " ".join(_REASON_CHARS.sub(" ", v.short_evidence).split())
     return f"{REASON_PREFIX}{v.code}:{short}"[:MAX_REASON]
 
 
@@ -318,6 +322,9 @@ def act(
                 slurm.resume([d.node])
                 state.clean_streak.pop(d.node, None)
             d.result = "applied"
+        except Refused as exc:  # the shared guardrails said no: nothing changed for this node
+            d.result = "refused"
+            d.why = f"{d.why}; {exc}"[:300]
         except Exception as exc:  # one node's failure must not stop the others; it is recorded
             d.result = "failed"
             d.why = f"{d.why}; {type(exc).__name__}: {exc}"[:300]
