@@ -116,8 +116,11 @@ class PrometheusSource:
             return self._query_fn
         from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
         from requests import RequestException
+        from urllib3.util.retry import Retry
 
-        client = PrometheusConnect(url=self.url, disable_ssl=True, timeout=self.timeout)
+        # one quick retry, not the client's default backoff: on-call wants "unreachable" fast
+        retry = Retry(total=1, backoff_factor=0.2, status_forcelist=(502, 503, 504))
+        client = PrometheusConnect(url=self.url, disable_ssl=True, timeout=self.timeout, retry=retry)
 
         def query(q: str) -> list[Series]:
             try:

@@ -16,7 +16,7 @@ from opsctl.checks import service
 from opsctl.sim import monitoring
 from opsctl.sim.cluster import SimCluster
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = pytest.mark.integration  # about 50 s on 2 cores
 
 NEEDED = ("munged", "slurmctld", "slurmd", "sinfo", "scontrol", "prometheus")
 
