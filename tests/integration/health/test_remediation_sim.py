@@ -144,3 +144,29 @@ def test_operator_drain_is_left_alone(sim, cfg):
         assert all(x.action != "resume" for x in r.decisions)
     assert slurm_reasons(sim) == {"gpu-008": "operator: DIMM swap"}
     subprocess.run(["scontrol", "update", "nodename=gpu-008", "state=resume"], env=sim.env, check=True)
+
+
+def test_each_simulated_fault_shows_as_its_check_on_its_node(sim, cfg):
+    faults = {
+        "gpu-001": ("gpu_missing=3", {("gpu-count", "FAIL")}),
+        "gpu-002": ("ib_down=mlx5_2", {("ib-port", "FAIL"), ("ib-errors", "FAIL")}),  # link_downed grew
+        "gpu-003": ("row_remap_failure,gpu=4", {("gpu-row-remap", "FAIL"), ("gpu-xid", "FAIL")}),
+        "gpu-004": (
+            "ecc_dbe,gpu=6",
+            {("gpu-ecc-dbe", "FAIL"), ("gpu-xid", "FAIL"), ("gpu-row-remap", "FAIL")},
+        ),
+        "gpu-005": ("thermal,gpu=2", {("gpu-throttle", "FAIL")}),
+        "gpu-006": ("nvlink_down,gpu=1", {("gpu-xid", "FAIL")}),  # link state itself: ssh source only
+    }
+    for node, (fault, _) in faults.items():
+        monitoring.inject(sim, node, fault)
+
+    def problems():
+        r = health_pass(cfg, remediate=False)
+        got = {rep.node: {(v.code, v.status.value) for v in rep.problems} for rep in r.reports}
+        return got if all(want <= got[n] for n, (_, want) in faults.items()) else None
+
+    got = wait_until(problems, timeout=40, interval=1)
+    for node, (_, want) in faults.items():
+        assert {c for c, _ in got[node]} == {c for c, _ in want}, (node, got[node])
+    assert got["gpu-007"] == set() and got["gpu-008"] == set()
