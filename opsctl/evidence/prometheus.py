@@ -114,8 +114,10 @@ class PrometheusSource:
         def query(q: str) -> list[Series]:
             try:
                 return list(client.custom_query(q))
-            except (RequestException, PrometheusApiClientException) as exc:
-                raise Unreachable(f"prometheus at {self.url}: {exc.__class__.__name__}: {exc}"[:300]) from exc
+            except RequestException as exc:
+                raise Unreachable(f"prometheus at {self.url} unreachable ({type(exc).__name__})") from None
+            except PrometheusApiClientException as exc:
+                raise Unreachable(f"prometheus at {self.url} refused a query: {exc}"[:300]) from None
 
         return query
 

@@ -1,0 +1,231 @@
+"""One health pass: collect (a source) -> judge (the catalogue) -> decide (policy) -> act.
+
+The click command is a thin shell over :func:`run_health`. Configuration comes from
+``opsctl.config`` (with ``[health]`` registered as a section); Slurm access from ``opsctl.slurm``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opsctl.checks.model import Status
+from opsctl.checks.runner import NodeReport, judge
+from opsctl.checks.settings import HealthSection
+from opsctl.errors import ConfigError, UsageError
+from opsctl.evidence.base import Source
+from opsctl.policy import Decision, DecisionLog, PolicyState, SlurmNodeView, act, decide
+
+EXIT_BY_STATUS = {"OK": 0, "WARN": 0, "FAIL": 1, "UNKNOWN": 3}
+
+
+@dataclass
+class HealthContext:
+    """Everything a pass needs, resolved from configuration."""
+
+    health: HealthSection
+    prometheus_url: str = "http://127.0.0.1:9090"
+    slurm: Any = None  # an opsctl.slurm backend, when configured and importable
+    slurm_error: str = ""
+
+
+@dataclass
+class HealthResult:
+    reports: list[NodeReport]
+    source: str
+    generated_at: float
+    decisions: list[Decision] = field(default_factory=list)
+    mode: str = ""  # remediation mode: apply | dry-run | shadow ("" = no remediation)
+
+    @property
+    def status(self) -> str:
+        statuses = {r.status for r in self.reports}
+        if Status.FAIL in statuses:
+            return "FAIL"
+        if Status.UNKNOWN in statuses:
+            return "UNKNOWN"
+        return "WARN" if Status.WARN in statuses else "OK"
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_BY_STATUS[self.status]
+
+    def to_json(self) -> dict[str, Any]:
+        counts = {s.value: sum(1 for r in self.reports if r.status is s) for s in Status}
+        doc: dict[str, Any] = {
+            "generated_at": self.generated_at,
+            "source": self.source,
+            "status": self.status,
+            "counts": counts,
+            "nodes": [r.to_json() for r in self.reports],
+        }
+        if self.mode:
+            doc["remediation"] = {"mode": self.mode, "decisions": [d.to_json() for d in self.decisions]}
+        return doc
+
+
+# -- configuration --------------------------------------------------------------------------
+def load_context(config_path: str | None) -> HealthContext:
+    try:
+        opsconfig: Any = importlib.import_module("opsctl.config")
+    except ImportError:
+        return _load_context_plain(config_path)
+    if "health" not in opsconfig.SECTIONS:
+        opsconfig.register_section("health", HealthSection)
+    cfg = opsconfig.load_config(config_path)
+    ctx = HealthContext(health=cfg.section("health", HealthSection), prometheus_url=cfg.prometheus.url)
+    try:
+        ctx.slurm = importlib.import_module("opsctl.slurm").backend_from_config(cfg)
+    except ImportError as exc:
+        ctx.slurm_error = f"Slurm access is not available: {exc}"
+    except ConfigError:
+        raise
+    except Exception as exc:  # a backend that cannot start is reported when it is needed
+        ctx.slurm_error = f"{type(exc).__name__}: {exc}"
+    return ctx
+
+
+def _load_context_plain(config_path: str | None) -> HealthContext:
+    """Fallback when opsctl.config is not installed: read [health] and [prometheus] directly."""
+    path = config_path or os.environ.get("OPSCTL_CONFIG") or "/etc/opsctl/opsctl.toml"
+    data: dict[str, Any] = {}
+    if Path(path).exists():
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    elif config_path or os.environ.get("OPSCTL_CONFIG"):
+        raise ConfigError(f"config file not found: {path}")
+    known = {f.name for f in dataclasses.fields(HealthSection)}
+    table = data.get("health", {})
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ConfigError(f"{path}: [health] unknown key {unknown[0]!r}")
+    health = HealthSection(**table)
+    try:
+        health.validate()
+    except ValueError as exc:
+        raise ConfigError(f"{path}: [health] {exc}") from None
+    return HealthContext(
+        health=health,
+        prometheus_url=data.get("prometheus", {}).get("url", "http://127.0.0.1:9090"),
+        slurm_error="Slurm access is not available (opsctl.config not installed)",
+    )
+
+
+# -- sources --------------------------------------------------------------------------------
+def make_source(ctx: HealthContext, name: str) -> Source:
+    h = ctx.health
+    if name == "prometheus":
+        from opsctl.evidence.prometheus import PrometheusSource
+
+        return PrometheusSource(
+            ctx.prometheus_url, stale_after=h.stale_after, window_seconds=h.window_seconds
+        )
+    if name == "ssh":
+        from opsctl.evidence.ssh import SshSource
+
+        return SshSource(_ssh_settings(h))
+    if name == "dcgm":
+        from opsctl.evidence.dcgm import DcgmSource
+
+        return DcgmSource(_ssh_settings(h), diag_level=h.dcgm_diag_level)
+    raise UsageError(f"unknown source {name!r}; use prometheus, ssh or dcgm")
+
+
+def _ssh_settings(h: HealthSection) -> Any:
+    from opsctl.evidence.ssh import SshSettings
+
+    required = h.load_thresholds().get("mounts", "required")
+    return SshSettings(
+        user=h.ssh_user,
+        port=h.ssh_port,
+        key_filename=h.ssh_key,
+        known_hosts=h.ssh_known_hosts,
+        node_timeout=h.ssh_timeout,
+        parallel=h.ssh_parallel,
+        ib_sample_seconds=h.ib_sample_seconds,
+        required_mounts=list(required),
+    )
+
+
+# -- nodes ----------------------------------------------------------------------------------
+def expand_nodes(nodeset: str) -> list[str]:
+    from ClusterShell.NodeSet import NodeSet, NodeSetParseError, RangeSetParseError
+
+    try:
+        nodes = list(NodeSet(nodeset))
+    except (NodeSetParseError, RangeSetParseError) as exc:
+        raise UsageError(f"bad node set {nodeset!r}: {exc}") from None
+    if not nodes:
+        raise UsageError("empty node set")
+    return nodes
+
+
+def slurm_nodes(ctx: HealthContext, names: list[str] | None) -> dict[str, SlurmNodeView]:
+    if ctx.slurm is None:
+        raise ConfigError(f"remediation needs Slurm: {ctx.slurm_error or 'no Slurm backend configured'}")
+    return {n.name: n for n in ctx.slurm.nodes(names)}
+
+
+def resolve_nodes(ctx: HealthContext, nodeset: str | None) -> list[str]:
+    if nodeset:
+        return expand_nodes(nodeset)
+    if ctx.slurm is not None:
+        return sorted(n.name for n in ctx.slurm.nodes(None))
+    if ctx.health.nodes:
+        return expand_nodes(ctx.health.nodes)
+    raise UsageError("no node set given, and none from Slurm or [health] nodes")
+
+
+@dataclass
+class _InService:
+    name: str
+    state: str = "idle"
+    reason: str = ""
+
+    @property
+    def drain_flag(self) -> bool:
+        return False
+
+
+# -- the pass -------------------------------------------------------------------------------
+def run_health(
+    ctx: HealthContext,
+    nodes: list[str],
+    source: Source,
+    *,
+    remediate: bool = False,
+    dry_run: bool = False,
+    now: float | None = None,
+) -> HealthResult:
+    now = time.time() if now is None else now
+    thresholds = ctx.health.load_thresholds()
+    # collect (read-only), then judge (pure)
+    evidence = source.collect(nodes, now)
+    reports = judge(evidence, thresholds, now)
+    result = HealthResult(reports=reports, source=source.name, generated_at=now)
+    if not remediate:
+        return result
+    # decide (pure, on the state file), then act (the only step that changes anything)
+    if ctx.slurm is not None or not dry_run:
+        view = slurm_nodes(ctx, nodes)
+    else:  # a dry run without Slurm: show what would happen to nodes that are in service
+        view = {n: _InService(n) for n in nodes}
+    state = PolicyState.load(ctx.health.state_file)
+    log = DecisionLog(ctx.health.decision_log)
+    partition = len(ctx.slurm.nodes(None)) if ctx.slurm is not None else len(nodes)
+    decisions = decide(reports, view, state, ctx.health.policy(), now, partition)
+    mode = "dry-run" if dry_run else ("shadow" if ctx.health.shadow else "apply")
+    act(decisions, ctx.slurm, state, now, dry_run=dry_run, shadow=ctx.health.shadow)
+    log.write(decisions, now, mode)
+    if mode == "apply":
+        state.save(ctx.health.state_file)
+    result.decisions, result.mode = decisions, mode
+    return result
