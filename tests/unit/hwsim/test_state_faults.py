@@ -118,3 +118,12 @@ def test_every_fault_is_documented() -> None:
     required = {"xid", "ecc_dbe", "gpu_missing", "ib_down", "row_remap_failure"}
     required |= {"exporter_down", "slurmd_stopped"}
     assert required <= set(FAULTS)
+
+
+def test_busy_loads_all_gpus_or_one(node: NodeHardware) -> None:
+    apply_fault(node, "busy,gpu=2")
+    assert node.gpu(2).gpu_util_pct == 100 and node.gpu(3).gpu_util_pct == 0
+    apply_fault(node, "busy")
+    assert all(g.gpu_util_pct == 100 and g.fb_used_mib > 0 for g in node.gpus)
+    assert not any(g.clock_event_reasons & 0x1 for g in node.gpus)  # none idle
+    assert all(g.fb_free_mib == g.fb_total_mib - g.fb_reserved_mib - g.fb_used_mib for g in node.gpus)
