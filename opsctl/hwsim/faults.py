@@ -148,6 +148,8 @@ def _ib_down(state: NodeHardware, spec: FaultSpec) -> None:
     except KeyError:
         names = ", ".join(h.name for h in state.hcas)
         raise FaultError(f"fault 'ib_down': no HCA {name!r} (have {names})") from None
+    hca.settle_traffic()  # the traffic stops with the link
+    hca.traffic_bytes_per_s = 0.0
     if hca.state != "Down":
         hca.counters["link_downed"] += 1
         hca.counters["symbol_error"] += 37
@@ -185,6 +187,11 @@ def _busy(state: NodeHardware, spec: FaultSpec) -> None:
         g.sm_clock_mhz = g.max_sm_clock_mhz
         g.temperature_c, g.memory_temperature_c = 67, 74
         g.clock_event_reasons &= ~0x1  # no longer idle
+        # The HCA beside the GPU carries its share of the job's traffic (~320 of 400 Gb/s).
+        hca = state.hcas[g.index] if g.index < len(state.hcas) else None
+        if hca is not None and hca.state == "Active":
+            hca.settle_traffic()
+            hca.traffic_bytes_per_s = 40e9
 
 
 def _exporter_down(state: NodeHardware, spec: FaultSpec) -> None:
