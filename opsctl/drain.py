@@ -194,6 +194,19 @@ def _apply(backend: SlurmBackend, audit: AuditLog, record: AuditRecord, refusal:
     return "applied"
 
 
+def wait_responding(backend: SlurmBackend, names: Sequence[str], timeout: float = 30.0) -> list[str]:
+    """After a resume slurmctld marks nodes NOT_RESPONDING until its next ping answers; wait for
+    that ping. Returns the nodes still not responding (their slurmd is likely down)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        silent = [n.name for n in backend.nodes(list(names)) if "NOT_RESPONDING" in n.flags]
+        if not silent or time.monotonic() >= deadline:
+            return silent
+        time.sleep(0.5)
+
+
 def record_rejected(audit: AuditLog, action: str, nodes: str, reason: str, error: str) -> None:
     """Best effort: bad input is audited too, but an unwritable log must not hide the input error."""
     record = AuditRecord(action=action, nodes=[nodes], result="rejected", reason=reason, detail=error)

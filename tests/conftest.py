@@ -41,7 +41,9 @@ RunOpsctl = Callable[..., subprocess.CompletedProcess[str]]
 def run_opsctl(opsctl_bin: str) -> RunOpsctl:
     """Run the real `opsctl` binary: run_opsctl("nodes", "--json", env={...})."""
 
-    def run(*args: str, env: Mapping[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    def run(
+        *args: str, env: Mapping[str, str] | None = None, timeout: float = 180
+    ) -> subprocess.CompletedProcess[str]:
         full_env = dict(os.environ)
         full_env.pop("OPSCTL_CONFIG", None)  # tests say which cluster they mean
         full_env.update(env or {})

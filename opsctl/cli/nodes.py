@@ -9,7 +9,7 @@ import click
 
 from opsctl.audit import AuditLog
 from opsctl.config import Config, load_config
-from opsctl.errors import OpsctlError, UsageError
+from opsctl.errors import EXIT_UNHEALTHY, OpsctlError, UsageError
 from opsctl.model import Node
 from opsctl.nodeset import fold, parse_nodeset
 from opsctl.slurm import backend_from_config
@@ -101,7 +101,7 @@ def drain(ctx: click.Context, nodeset: str, reason: str, dry_run: bool, force: b
 @click.pass_context
 def resume(ctx: click.Context, nodeset: str, dry_run: bool, force: bool, as_json: bool) -> None:
     """Resume NODESET; only nodes opsctl drained, unless --force."""
-    from opsctl.drain import apply_resume, plan_resume, record_rejected
+    from opsctl.drain import apply_resume, plan_resume, record_rejected, wait_responding
 
     config = _config(ctx)
     audit = AuditLog(config.audit.log)
@@ -123,10 +123,15 @@ def resume(ctx: click.Context, nodeset: str, dry_run: bool, force: bool, as_json
             _emit_json({"action": "resume", "result": "refused" if plan.refusal else "failed",
                         "plan": plan.to_dict()})
         raise
+    silent = wait_responding(backend, plan.to_resume) if result == "applied" else []
     if as_json:
-        _emit_json({"action": "resume", "result": result, "plan": plan.to_dict()})
-        return
-    _report("resume", result, plan.to_resume, plan.skipped, "")
+        _emit_json({"action": "resume", "result": result, "plan": plan.to_dict(), "not_responding": silent})
+    else:
+        _report("resume", result, plan.to_resume, plan.skipped, "")
+        if silent:
+            click.echo(f"warning: {fold(silent)} resumed but not responding (is slurmd running?)", err=True)
+    if silent:
+        ctx.exit(EXIT_UNHEALTHY)
 
 
 def _report(action: str, result: str, targets: list[str], skipped: dict[str, str], extra: str) -> None:

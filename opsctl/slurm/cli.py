@@ -42,7 +42,7 @@ class CliBackend(SlurmBackend):
         self.timeout = timeout
         self.fmt = fmt
         self._adapter: ModuleType | None = None
-        self._sinfo_cache: dict[str, Any] | None = None  # the probe's sinfo output, used once
+        self._decided = False
 
     # -- running commands ------------------------------------------------------------------
     def run(self, argv: list[str], stdin: str | None = None, extra_env: dict[str, str] | None = None) -> str:
@@ -86,32 +86,30 @@ class CliBackend(SlurmBackend):
 
     def adapter(self) -> ModuleType | None:
         """The JSON adapter for this Slurm, or None to use text (decided once per backend)."""
-        if self.fmt == "text":
-            return None
-        if self._adapter is None:
-            try:
-                doc = self._json(["sinfo", "--json"])
-            except SlurmError:
-                if self.fmt == "json":
-                    raise
-                return None
-            plugin = str(((doc.get("meta") or {}).get("plugin") or {}).get("type", ""))
-            adapter = JSON_ADAPTERS.get(plugin)
-            if adapter is None:
-                if self.fmt == "json":
-                    raise ConfigError(f"no adapter for Slurm JSON format {plugin!r}; use cli_format = text")
-                return None
-            self._adapter = adapter
-            self._sinfo_cache = doc
-        return self._adapter
+        return self._detect()[0]
+
+    def _detect(self) -> tuple[ModuleType | None, dict[str, Any] | None]:
+        """(adapter, the probe's sinfo document when this call ran the probe)."""
+        if self.fmt == "text" or self._decided:
+            return self._adapter, None
+        try:
+            doc = self._json(["sinfo", "--json"])
+        except SlurmError:
+            if self.fmt == "json":
+                raise
+            doc = {}
+        plugin = str(((doc.get("meta") or {}).get("plugin") or {}).get("type", ""))
+        adapter = JSON_ADAPTERS.get(plugin)
+        if adapter is None and self.fmt == "json":
+            raise ConfigError(f"no adapter for Slurm JSON format {plugin!r}; use cli_format = text")
+        self._adapter, self._decided = adapter, True
+        return adapter, (doc if adapter is not None else None)
 
     # -- reads ------------------------------------------------------------------------------
     def nodes(self, names: Sequence[str] | None = None) -> list[Node]:
-        adapter = self.adapter()
+        adapter, doc = self._detect()
         if adapter is not None:
-            doc = self._sinfo_cache or self._json(["sinfo", "--json"])
-            self._sinfo_cache = None
-            nodes: list[Node] = adapter.parse_sinfo(doc)
+            nodes: list[Node] = adapter.parse_sinfo(doc or self._json(["sinfo", "--json"]))
         else:
             nodes = text.parse_nodes(self.run(["scontrol", "-d", "-o", "show", "node"]))
         attach_jobs(nodes, self.jobs())

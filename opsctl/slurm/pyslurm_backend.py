@@ -113,14 +113,16 @@ class PyslurmBackend(SlurmBackend):
         return self._job(self._call(f"job {job_id}", self.pyslurm.Job.load, int(job_id)))
 
     def drain(self, names: Sequence[str], reason: str) -> None:
-        if names:
-            changes = self.pyslurm.Node(state="DRAIN", reason=reason)
-            self._call("drain", self.pyslurm.Nodes(fold(names)).modify, changes)
+        self._modify(names, self.pyslurm.Node(state="DRAIN", reason=reason), "drain")
 
     def resume(self, names: Sequence[str]) -> None:
-        if names:
-            changes = self.pyslurm.Node(state="RESUME")
-            self._call("resume", self.pyslurm.Nodes(fold(names)).modify, changes)
+        self._modify(names, self.pyslurm.Node(state="RESUME"), "resume")
+
+    def _modify(self, names: Sequence[str], changes: Any, what: str) -> None:
+        # One documented `Node(name).modify(changes)` RPC per node: the Nodes collection's
+        # constructor splits strings on commas, which would break folded hostlists.
+        for name in names:
+            self._call(f"{what} {name}", self.pyslurm.Node(name).modify, changes)
 
     def submit(self, script: str, options: SubmitOptions | None = None) -> int:
         options = options or SubmitOptions()

@@ -11,7 +11,8 @@ HEAVY = ["torch", "transformers", "pandas", "prometheus_api_client", "numpy"]
 
 def _modules_after(code: str) -> set[str]:
     probe = f"import sys, json\n{code}\nprint(json.dumps(sorted(sys.modules)))"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120)
+    argv = [sys.executable, "-c", probe]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120)
     return set(json.loads(out.stdout.strip().splitlines()[-1]))
 
 

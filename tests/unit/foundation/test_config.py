@@ -94,7 +94,7 @@ def test_other_areas_register_their_sections(monkeypatch: pytest.MonkeyPatch) ->
     config = parse_config('[example]\nhosts = ["a", "b"]\nport = 2222\n')
     section = config.section("example", _ExampleSection)
     assert section.hosts == ["a", "b"] and section.port == 2222 and section.key is None
-    with pytest.raises(ConfigError, match="example.port: out of range"):
+    with pytest.raises(ConfigError, match=r"example\.port: out of range"):
         parse_config("[example]\nport = 0\n")
     with pytest.raises(ConfigError, match=r"example.hosts: expected a string, got an integer"):
         parse_config("[example]\nhosts = [1]\n")

@@ -77,7 +77,10 @@ def test_resume_only_opsctl_drains_unless_forced() -> None:
     assert idle.to_resume == [] and "not drained" in idle.skipped["gpu-003"]
 
 
-@pytest.mark.parametrize("reason", ["", "   ", "a;b", "$(reboot)", "x`id`", "a|b", "new\nline", "x" * 201, "quote'"])
+BAD_REASONS = ["", "   ", "a;b", "$(reboot)", "x`id`", "a|b", "new\nline", "tab\there", "x" * 201, "quote'"]
+
+
+@pytest.mark.parametrize("reason", BAD_REASONS)
 def test_bad_reasons(reason: str) -> None:
     with pytest.raises(UsageError):
         validate_reason(reason)
