@@ -11,6 +11,7 @@ import importlib
 import os
 import time
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 from opsctl.checks.model import Status
 from opsctl.checks.runner import NodeReport, judge
 from opsctl.checks.settings import HealthSection
-from opsctl.errors import ConfigError, UsageError
+from opsctl.errors import ConfigError, OpsctlError, Refused, UsageError
 from opsctl.evidence.base import Source
 from opsctl.policy import Decision, DecisionLog, PolicyState, SlurmNodeView, act, decide
 
@@ -33,6 +34,70 @@ class HealthContext:
     prometheus_url: str = "http://127.0.0.1:9090"
     slurm: Any = None  # an opsctl.slurm backend, when configured and importable
     slurm_error: str = ""
+    config: Any = None  # the loaded opsctl.config.Config (guardrails, audit, partition)
+
+
+class GuardedSlurm:
+    """Drain and resume through the shared guardrails (``opsctl.drain.plan_drain/plan_resume``:
+    partition share limit, never taking over a foreign drain) and the shared audit log.
+
+    The reason is set exactly as policy made it (``opsctl:<code>:<evidence>``)."""
+
+    def __init__(self, backend: Any, config: Any) -> None:
+        self.backend = backend
+        self.config = config
+        drain_mod: Any = importlib.import_module("opsctl.drain")
+        audit_mod: Any = importlib.import_module("opsctl.audit")
+        self._drain = drain_mod
+        self._audit = audit_mod.AuditLog(config.audit.log)
+        self._record = audit_mod.AuditRecord
+
+    def _log(
+        self, action: str, names: Sequence[str], result: str, reason: str = "", detail: str = ""
+    ) -> None:
+        self._audit.append(
+            self._record(
+                action=action,
+                nodes=list(names),
+                result=result,
+                reason=reason,
+                detail=f"opsctl health: {detail}".strip(),
+            )
+        )
+
+    def drain(self, names: Sequence[str], reason: str) -> None:
+        self._audit.check_writable()
+        plan = self._drain.plan_drain(
+            self.backend.nodes(None), list(names), self.config.guardrails, self.config.slurm.partition
+        )
+        if plan.refusal:
+            self._log("drain", names, "refused", reason, plan.refusal)
+            raise Refused(plan.refusal)
+        if not plan.to_drain:
+            self._log("drain", names, "noop", reason, "; ".join(plan.skipped.values()))
+            return
+        try:
+            self.backend.drain(plan.to_drain, reason)
+        except OpsctlError as exc:
+            self._log("drain", names, "failed", reason, str(exc))
+            raise
+        self._log("drain", plan.to_drain, "applied", reason, "failing health check")
+
+    def resume(self, names: Sequence[str]) -> None:
+        self._audit.check_writable()
+        plan = self._drain.plan_resume(self.backend.nodes(None), list(names))
+        if plan.refusal:
+            self._log("resume", names, "refused", "", plan.refusal)
+            raise Refused(plan.refusal)
+        if not plan.to_resume:
+            self._log("resume", names, "noop", "", "; ".join(plan.skipped.values()))
+            return
+        try:
+            self.backend.resume(plan.to_resume)
+        except OpsctlError as exc:
+            self._log("resume", names, "failed", "", str(exc))
+            raise
+        self._log("resume", plan.to_resume, "applied", "", "clean health checks")
 
 
 @dataclass
@@ -79,7 +144,9 @@ def load_context(config_path: str | None) -> HealthContext:
     if "health" not in opsconfig.SECTIONS:
         opsconfig.register_section("health", HealthSection)
     cfg = opsconfig.load_config(config_path)
-    ctx = HealthContext(health=cfg.section("health", HealthSection), prometheus_url=cfg.prometheus.url)
+    ctx = HealthContext(
+        health=cfg.section("health", HealthSection), prometheus_url=cfg.prometheus.url, config=cfg
+    )
     try:
         ctx.slurm = importlib.import_module("opsctl.slurm").backend_from_config(cfg)
     except ImportError as exc:
@@ -175,13 +242,24 @@ def slurm_nodes(ctx: HealthContext, names: list[str] | None) -> dict[str, SlurmN
 
 
 def resolve_nodes(ctx: HealthContext, nodeset: str | None) -> list[str]:
+    """The NODESET argument, else ``[health] nodes``, else every node Slurm knows."""
     if nodeset:
         return expand_nodes(nodeset)
-    if ctx.slurm is not None:
-        return sorted(n.name for n in ctx.slurm.nodes(None))
     if ctx.health.nodes:
         return expand_nodes(ctx.health.nodes)
-    raise UsageError("no node set given, and none from Slurm or [health] nodes")
+    if ctx.slurm is not None:
+        return sorted(n.name for n in ctx.slurm.nodes(None))
+    raise UsageError(f"no node set given, none in [health] nodes, and no Slurm to ask ({ctx.slurm_error})")
+
+
+def _partition_size(ctx: HealthContext, fallback: int) -> int:
+    if ctx.slurm is None:
+        return fallback
+    partition = ctx.config.slurm.partition if ctx.config is not None else None
+    nodes = ctx.slurm.nodes(None)
+    if partition:
+        nodes = [n for n in nodes if partition in n.partitions]
+    return len(nodes) or fallback
 
 
 @dataclass
@@ -220,10 +298,13 @@ def run_health(
         view = {n: _InService(n) for n in nodes}
     state = PolicyState.load(ctx.health.state_file)
     log = DecisionLog(ctx.health.decision_log)
-    partition = len(ctx.slurm.nodes(None)) if ctx.slurm is not None else len(nodes)
+    partition = _partition_size(ctx, len(nodes))
     decisions = decide(reports, view, state, ctx.health.policy(), now, partition)
     mode = "dry-run" if dry_run else ("shadow" if ctx.health.shadow else "apply")
-    act(decisions, ctx.slurm, state, now, dry_run=dry_run, shadow=ctx.health.shadow)
+    actions = (
+        GuardedSlurm(ctx.slurm, ctx.config) if ctx.slurm is not None and ctx.config is not None else None
+    )
+    act(decisions, actions, state, now, dry_run=dry_run, shadow=ctx.health.shadow)
     log.write(decisions, now, mode)
     if mode == "apply":
         state.save(ctx.health.state_file)
