@@ -45,9 +45,20 @@ def eventually(predicate: Callable[[], Any], what: str, timeout: float = 60.0) -
     raise AssertionError(f"never happened: {what} (last: {last!r})")
 
 
-def _pids_under(state_dir: Path) -> list[str]:
-    out = subprocess.run(["pgrep", "-f", str(state_dir)], capture_output=True, text=True, check=False)
-    return out.stdout.split()
+def _pids_under(state_dir: Path) -> list[int]:
+    """Live processes whose command line mentions the state directory (read from /proc, no pgrep)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            stat = (proc / "stat").read_text()
+        except OSError:
+            continue
+        if str(state_dir) in cmdline and stat[stat.rindex(")") + 2] not in "ZX":
+            pids.append(int(proc.name))
+    return pids
 
 
 def test_eight_nodes_faults_and_clean_down(make_sim: Callable[[int], SimCluster]) -> None:
