@@ -120,6 +120,7 @@ def test_eight_nodes_faults_and_clean_down(make_sim: Callable[[int], SimCluster]
     assert not load(state_path(monitoring.hw_dir(sim), "gpu-001")).faults
 
     state_dir = sim.state_dir
+    assert len(_pids_under(state_dir)) >= 2 + 8  # exporter, prometheus, slurmctld, 8 slurmd, ...
     sim.down()
     assert _pids_under(state_dir) == []
     assert not sim.procs.alive("prometheus") and not sim.procs.alive("hwsim-exporter")
