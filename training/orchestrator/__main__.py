@@ -68,6 +68,7 @@ class Orchestrator:
         self.consumed: list[str] = []
         self.dropped_total = 0
         self.step = start_step
+        self.taken = start_step  # batches taken from the buffer (step is bumped after publishing)
         self.loaded_version = 0
         self.last_update_s = 0.0
         self.buffer: list[RolloutGroup] = []
@@ -97,7 +98,7 @@ class Orchestrator:
         self.sampler.load_state_dict(state["sampler"])
         self.consumed = list(state["consumed"])
         self.dropped_total = int(state["dropped_total"])
-        self.step = int(state["step"])
+        self.step = self.taken = int(state["step"])
 
     # -- generation -----------------------------------------------------------------------------
     def _prompt_ids(self, prompt: str) -> list[int]:
@@ -169,7 +170,7 @@ class Orchestrator:
                 while True:
                     if self.done or self.error:
                         return
-                    target = self.step + len(self.buffer) // oc.batch_groups
+                    target = self.taken + len(self.buffer) // oc.batch_groups
                     if self.loaded_version >= target - oc.async_level and len(self.buffer) < (
                             oc.async_level + 1) * oc.batch_groups:
                         break
@@ -180,6 +181,8 @@ class Orchestrator:
             seed = zlib.crc32(f"{self.cfg.seed}:{target}:{indices}".encode())
             results = self.generate(indices, oc.group_size, self.cfg.inference.temperature, seed)
             groups = [self.score(i, comps, version) for i, comps in results]
+            for g in groups:
+                g.target, g.start_version = target, version
             with self.cv:
                 self.buffer.extend(groups)
                 self.in_flight = []
@@ -204,6 +207,7 @@ class Orchestrator:
                 else:
                     used.append(g)
             self.dropped_total += dropped
+            self.taken = self.step + 1
             lags = [off_policy_lag(self.step, g) for g in used]
             self.consumed.extend(g.task_id for g in used)
             self.cv.notify_all()
@@ -268,7 +272,7 @@ class Orchestrator:
             hist = Counter(lags)
             for lag in lags:
                 self.metrics.lag.observe(lag)
-            self.metrics.count("dropped_groups_total", dropped)
+            self.metrics.count("stale_groups_dropped", dropped)
             rec: dict[str, Any] = {
                 "step": self.step, "env": self.env.name,
                 f"reward_mean_{self.env.name}": statistics.fmean(rewards),
@@ -277,6 +281,9 @@ class Orchestrator:
                 "step_time": now - t_prev, "completion_tokens": loss_tokens,
                 "off_policy_lag_hist": {str(k): v for k, v in sorted(hist.items())},
                 "off_policy_lag_max": max(lags), "dropped_groups": dropped,
+                # How far behind the batch it was requested for the policy was when generation began:
+                # async_level bounds this.
+                "async_gap_max": max(g.target - g.start_version for g in groups),
                 "dropped_groups_total": self.dropped_total, "policy_version": self.loaded_version,
                 "weight_update_time": self.last_update_s,
             }

@@ -25,6 +25,8 @@ class RolloutGroup:
     task_id: str
     task_index: int
     rollouts: list[Rollout]
+    target: int = 0  # the batch the producer meant the group for
+    start_version: int = 0  # policy loaded when its request was sent
 
     @property
     def version(self) -> int:
