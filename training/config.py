@@ -81,6 +81,8 @@ class OrchestratorConfig:
     micro_batch_tokens: int = 2048
     normalize_adv_std: bool = False
     eval_size: int = 200
+    eval_samples: int = 1
+    eval_temperature: float = 0.0
     eval_at_end: bool = True
     threads: int = 1
 
@@ -241,6 +243,10 @@ def validate(cfg: JobConfig) -> None:
         raise ConfigError("orchestrator.async_level: must be >= 0")
     if cfg.orchestrator.max_off_policy_steps < 0:
         raise ConfigError("orchestrator.max_off_policy_steps: must be >= 0")
+    if cfg.orchestrator.eval_samples < 1:
+        raise ConfigError("orchestrator.eval_samples: must be >= 1")
+    if cfg.orchestrator.eval_temperature < 0:
+        raise ConfigError("orchestrator.eval_temperature: must be >= 0")
     if cfg.orchestrator.eval_size < 0:
         raise ConfigError("orchestrator.eval_size: must be >= 0")
     for key, value in {"trainer.lr": cfg.trainer.lr, "sft.lr": cfg.sft.lr}.items():

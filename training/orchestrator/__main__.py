@@ -230,17 +230,23 @@ class Orchestrator:
         return loss_tokens
 
     def evaluate(self, tag_step: int) -> float:
+        """Held-out accuracy: mean exact-answer rate over eval_samples completions per task, at
+        eval_temperature (0 = greedy)."""
         data = self.env.eval_dataset[: self.oc.eval_size]
         if not data:
             return float("nan")
-        results = self.generate(list(range(len(data))), 1, 0.0, 0, dataset=data)
+        n = self.oc.eval_samples
+        results = self.generate(list(range(len(data))), n, self.oc.eval_temperature, self.cfg.seed + 17,
+                                dataset=data)
         correct = 0
         for i, comps in results:
-            text = self.tok.decode(comps[0].tokens, skip_special_tokens=True)
-            correct += int(self.env.parser.parse_answer(text) == data[i].answer)
-        acc = correct / len(data)
+            for c in comps:
+                text = self.tok.decode(c.tokens, skip_special_tokens=True)
+                correct += int(self.env.parser.parse_answer(text) == data[i].answer)
+        acc = correct / (len(data) * n)
         self.metrics.log({"event": "eval", "step": tag_step, "policy_version": self.loaded_version,
-                          "eval_accuracy": acc, "eval_size": len(data), "env": self.env.name})
+                          "eval_accuracy": acc, "eval_size": len(data), "eval_samples": n,
+                          "eval_temperature": self.oc.eval_temperature, "env": self.env.name})
         log.info("eval at step %d (policy %d): accuracy %.3f", tag_step, self.loaded_version, acc)
         return acc
 

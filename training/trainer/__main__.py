@@ -128,7 +128,8 @@ class Trainer:
     def prune_weights(self) -> None:
         tc = self.cfg.trainer
         versions = step_dirs(self.run.weights)
-        keep = set(sorted(versions)[-tc.keep_weights:])
+        # Inference may still be loading a version up to async_level + 1 behind the newest.
+        keep = set(sorted(versions)[-max(tc.keep_weights, self.cfg.orchestrator.async_level + 2):])
         for v, path in versions.items():
             # Versions at checkpoint steps stay: a resumed inference server starts from them.
             if v not in keep and v % tc.checkpoint_every != 0:
