@@ -48,8 +48,9 @@ def write_marker(directory: Path, marker: str, info: dict[str, Any] | None = Non
     fsync_dir(directory)
 
 
-def publish_dir(final: Path, fill: Callable[[Path], None], marker: str = STABLE,
-                info: dict[str, Any] | None = None) -> Path:
+def publish_dir(
+    final: Path, fill: Callable[[Path], None], marker: str = STABLE, info: dict[str, Any] | None = None
+) -> Path:
     """Create `final` atomically: fill a temp sibling, fsync, rename into place, add the marker."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
@@ -90,8 +91,13 @@ def latest_step(parent: Path, marker: str = STABLE) -> int | None:
     return max(steps) if steps else None
 
 
-def wait_for(path: Path, marker: str = STABLE, timeout: float = 3600.0, poll: float = 0.02,
-             alive: Callable[[], bool] | None = None) -> Path:
+def wait_for(
+    path: Path,
+    marker: str = STABLE,
+    timeout: float = 3600.0,
+    poll: float = 0.02,
+    alive: Callable[[], bool] | None = None,
+) -> Path:
     """Block until `path` is committed; `alive` lets the caller give up when a peer died."""
     deadline = time.monotonic() + timeout
     while not is_committed(path, marker):
@@ -108,5 +114,7 @@ def remove_uncommitted(parent: Path, marker: str = STABLE) -> None:
     if not parent.is_dir():
         return
     for p in parent.iterdir():
-        if p.name.startswith(".tmp-") or (p.is_dir() and p.name.startswith("step_") and not is_committed(p, marker)):
+        if p.name.startswith(".tmp-") or (
+            p.is_dir() and p.name.startswith("step_") and not is_committed(p, marker)
+        ):
             shutil.rmtree(p, ignore_errors=True)

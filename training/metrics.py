@@ -24,27 +24,35 @@ class Metrics:
         self.registry = CollectorRegistry()
         self._gauges: dict[str, Gauge] = {}
         self._counters: dict[str, Counter] = {}
-        self.lag = Histogram("opsctl_train_off_policy_lag_steps", "Policy versions between generation and use",
-                             registry=self.registry, buckets=LAG_BUCKETS)
+        self.lag = Histogram(
+            "opsctl_train_off_policy_lag_steps",
+            "Policy versions between generation and use",
+            registry=self.registry,
+            buckets=LAG_BUCKETS,
+        )
         self._fd = os.open(run.metrics, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.port: int | None = None
         if port is not None:
             server, _thread = start_http_server(port, addr=host, registry=self.registry)
             self.port = int(server.server_port)
-            run.announce(f"metrics-{component}", {"url": f"http://{host}:{self.port}/metrics", "pid": os.getpid()})
+            run.announce(
+                f"metrics-{component}", {"url": f"http://{host}:{self.port}/metrics", "pid": os.getpid()}
+            )
 
     def gauge(self, name: str, value: float, doc: str = "") -> None:
         g = self._gauges.get(name)
         if g is None:
-            g = self._gauges[name] = Gauge(f"opsctl_train_{name}", doc or name, ["component"],
-                                           registry=self.registry)
+            g = self._gauges[name] = Gauge(
+                f"opsctl_train_{name}", doc or name, ["component"], registry=self.registry
+            )
         g.labels(self.component).set(value)
 
     def count(self, name: str, inc: float = 1.0, doc: str = "") -> None:
         c = self._counters.get(name)
         if c is None:
-            c = self._counters[name] = Counter(f"opsctl_train_{name}", doc or name, ["component"],
-                                               registry=self.registry)
+            c = self._counters[name] = Counter(
+                f"opsctl_train_{name}", doc or name, ["component"], registry=self.registry
+            )
         c.labels(self.component).inc(inc)
 
     def log(self, record: dict[str, Any]) -> None:

@@ -76,7 +76,7 @@ def create_tiny_model(cfg: ModelConfig, out_dir: Path, seed: int) -> Path:
 
 
 def load_model(path: str | Path, dtype: str = "float32", device: str | torch.device = "cpu") -> Any:
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype])
+    model: Any = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype])
     return model.to(device)
 
 
@@ -84,8 +84,9 @@ def load_tokenizer(path: str | Path) -> Any:
     return AutoTokenizer.from_pretrained(str(path))
 
 
-def token_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                   temperature: float = 1.0) -> torch.Tensor:
+def token_logprobs(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
     """Log-probability of each token given its prefix; position 0 gets 0. Shape [B, T]."""
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits

@@ -1,14 +1,14 @@
 """The layout of a run directory on the shared filesystem, and peer discovery through it.
 
-    config.toml          resolved configuration
-    metrics.jsonl        one JSON line per component step / event
-    logs/<proc>.log      per-process logs (written by the launcher)
-    peers/<name>.json    addresses processes announce (inference server, metrics endpoints)
-    base_model/          tiny random model when model.path is empty
-    sft/final/           SFT checkpoint the RL stage starts from (HF format + tokenizer)
-    weights/step_N/      policy version N for inference (model.safetensors + STABLE)
-    rollouts/step_N/     trainer batch N (rank_R.pt per trainer rank + STABLE)
-    checkpoints/{trainer,orchestrator}/step_N/   resumable state (+ COMMITTED)
+config.toml          resolved configuration
+metrics.jsonl        one JSON line per component step / event
+logs/<proc>.log      per-process logs (written by the launcher)
+peers/<name>.json    addresses processes announce (inference server, metrics endpoints)
+base_model/          tiny random model when model.path is empty
+sft/final/           SFT checkpoint the RL stage starts from (HF format + tokenizer)
+weights/step_N/      policy version N for inference (model.safetensors + STABLE)
+rollouts/step_N/     trainer batch N (rank_R.pt per trainer rank + STABLE)
+checkpoints/{trainer,orchestrator}/step_N/   resumable state (+ COMMITTED)
 """
 
 from __future__ import annotations

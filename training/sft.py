@@ -1,6 +1,6 @@
 """SFT stage: teach the answer format on a few task demonstrations; RL starts from its output.
 
-    python -m training.sft --run-dir RUN_DIR
+python -m training.sft --run-dir RUN_DIR
 """
 
 from __future__ import annotations
@@ -28,7 +28,11 @@ def ensure_base_model(run: RunDir, cfg: JobConfig) -> Path:
     if cfg.model.path:
         return Path(cfg.model.path)
     if not is_committed(run.base_model):
-        publish_dir(run.base_model, lambda tmp: create_tiny_model(cfg.model, tmp, cfg.seed))
+
+        def fill(tmp: Path) -> None:
+            create_tiny_model(cfg.model, tmp, cfg.seed)
+
+        publish_dir(run.base_model, fill)
     return run.base_model
 
 
@@ -89,8 +93,15 @@ def run_sft(run: RunDir, cfg: JobConfig) -> Path:
         opt.step()
         sched.step()
         if step % 10 == 0 or step == cfg.sft.steps - 1:
-            metrics.log({"stage": "sft", "step": step, "loss": round(loss.item(), 5),
-                         "grad_norm": round(float(gnorm), 5), "step_time": round(time.perf_counter() - t0, 4)})
+            metrics.log(
+                {
+                    "stage": "sft",
+                    "step": step,
+                    "loss": round(loss.item(), 5),
+                    "grad_norm": round(float(gnorm), 5),
+                    "step_time": round(time.perf_counter() - t0, 4),
+                }
+            )
     model.eval()
 
     def fill(tmp: Path) -> None:

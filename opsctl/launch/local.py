@@ -27,8 +27,9 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
-def prepare(config: str | None, overrides: list[str], output: str | None, resume: bool
-            ) -> tuple[RunDir, tconfig.JobConfig]:
+def prepare(
+    config: str | None, overrides: list[str], output: str | None, resume: bool
+) -> tuple[RunDir, tconfig.JobConfig]:
     """Resolve and validate the config and set up the run directory; nothing starts here."""
     if resume:
         if not output:
@@ -64,16 +65,24 @@ def write_config(run: RunDir, cfg: tconfig.JobConfig) -> None:
 def resume_point(run: RunDir, cfg: tconfig.JobConfig) -> int:
     """The newest step with committed trainer and orchestrator checkpoints and its weights; state
     past it (rollouts, weights, checkpoints a killed run left) is removed so both sides agree."""
-    for parent, marker in ((run.weights, STABLE), (run.rollouts, STABLE), (run.ckpt("trainer"), COMMITTED),
-                           (run.ckpt("orchestrator"), COMMITTED)):
+    for parent, marker in (
+        (run.weights, STABLE),
+        (run.rollouts, STABLE),
+        (run.ckpt("trainer"), COMMITTED),
+        (run.ckpt("orchestrator"), COMMITTED),
+    ):
         remove_uncommitted(parent, marker)
     trainer = step_dirs(run.ckpt("trainer"), COMMITTED)
     orch = step_dirs(run.ckpt("orchestrator"), COMMITTED)
     weights = step_dirs(run.weights)
     common = sorted(set(trainer) & set(orch) & set(weights))
     step = common[-1] if common else 0
-    for parent, marker in ((run.weights, STABLE), (run.rollouts, STABLE), (run.ckpt("trainer"), COMMITTED),
-                           (run.ckpt("orchestrator"), COMMITTED)):
+    for parent, marker in (
+        (run.weights, STABLE),
+        (run.rollouts, STABLE),
+        (run.ckpt("trainer"), COMMITTED),
+        (run.ckpt("orchestrator"), COMMITTED),
+    ):
         for s, path in step_dirs(parent, marker).items():
             # weights/step_s is the policy the resumed step s starts from; rollouts/step_s is redone.
             if s > step or (parent == run.rollouts and s >= step):
@@ -156,9 +165,18 @@ class LocalLauncher:
             port = str(free_port())
             world = self.cfg.trainer.world_size
             trainers = [
-                self.spawn(f"trainer-{r}", "training.trainer", resume,
-                           {"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(world),
-                            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
+                self.spawn(
+                    f"trainer-{r}",
+                    "training.trainer",
+                    resume,
+                    {
+                        "RANK": str(r),
+                        "LOCAL_RANK": str(r),
+                        "WORLD_SIZE": str(world),
+                        "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": port,
+                    },
+                )
                 for r in range(world)
             ]
             orch = self.spawn("orchestrator", "training.orchestrator", resume)
@@ -169,8 +187,12 @@ class LocalLauncher:
                 if inf.popen.poll() is not None:
                     failed.append(inf)
                 if failed:
-                    raise RuntimeError("; ".join(f"{p.name} exited with {p.popen.returncode}:\n{self._tail(p.name)}"
-                                                 for p in failed))
+                    raise RuntimeError(
+                        "; ".join(
+                            f"{p.name} exited with {p.popen.returncode}:\n{self._tail(p.name)}"
+                            for p in failed
+                        )
+                    )
                 if all(c == 0 for c in codes):
                     return 0
                 time.sleep(0.2)

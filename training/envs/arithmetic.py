@@ -37,4 +37,6 @@ def load_environment(
     eval_set = _make(rng, digits, "eval-", num_eval, set())
     train = _make(rng, digits, "add-", num_train, {t.prompt for t in eval_set})
     rubric = Rubric(funcs=[exact_answer, terminated], weights=[1.0, format_weight])
-    return Environment(name="arithmetic", dataset=train, eval_dataset=eval_set, rubric=rubric, parser=Parser())
+    return Environment(
+        name="arithmetic", dataset=train, eval_dataset=eval_set, rubric=rubric, parser=Parser()
+    )

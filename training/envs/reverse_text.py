@@ -47,4 +47,6 @@ def load_environment(
     eval_set = make("eval-", num_eval)
     train = make("rev-", num_train)
     rubric = Rubric(funcs=[exact_answer, similarity], weights=[1.0, similarity_weight])
-    return Environment(name="reverse_text", dataset=train, eval_dataset=eval_set, rubric=rubric, parser=Parser())
+    return Environment(
+        name="reverse_text", dataset=train, eval_dataset=eval_set, rubric=rubric, parser=Parser()
+    )

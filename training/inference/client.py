@@ -39,8 +39,13 @@ def _parse_token(tok: str) -> int:
 
 
 class OpenAICompatClient:
-    def __init__(self, base_url: str, model: str = "policy", update_weights_path: str = "/update_weights",
-                 timeout: float = 600.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str = "policy",
+        update_weights_path: str = "/update_weights",
+        timeout: float = 600.0,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.update_weights_path = update_weights_path
@@ -48,8 +53,9 @@ class OpenAICompatClient:
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base_url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.base_url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 return json.loads(resp.read() or b"null")
@@ -61,20 +67,30 @@ class OpenAICompatClient:
         return dict(self._request("GET", "/health") or {})
 
     def wait_ready(self, timeout: float = 300.0) -> None:
-        @retry(stop=stop_after_delay(timeout), wait=wait_exponential(multiplier=0.05, max=1.0),
-               retry=retry_if_exception_type((urllib.error.URLError, ConnectionError, OSError)), reraise=True)
+        @retry(
+            stop=stop_after_delay(timeout),
+            wait=wait_exponential(multiplier=0.05, max=1.0),
+            retry=retry_if_exception_type((urllib.error.URLError, ConnectionError, OSError)),
+            reraise=True,
+        )
         def ping() -> None:
             # vLLM answers /health with an empty 200; the built-in server with a JSON status.
             self._request("GET", "/health")
 
         ping()
 
-    def complete(self, prompts: list[list[int]], n: int, max_tokens: int, temperature: float,
-                 seed: int | None = None) -> list[list[Completion]]:
+    def complete(
+        self, prompts: list[list[int]], n: int, max_tokens: int, temperature: float, seed: int | None = None
+    ) -> list[list[Completion]]:
         """One request for all prompts; returns n completions per prompt, in prompt order."""
         body: dict[str, Any] = {
-            "model": self.model, "prompt": prompts, "n": n, "max_tokens": max_tokens,
-            "temperature": temperature, "logprobs": 0, "return_tokens_as_token_ids": True,
+            "model": self.model,
+            "prompt": prompts,
+            "n": n,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "logprobs": 0,
+            "return_tokens_as_token_ids": True,
         }
         if seed is not None:
             body["seed"] = seed
@@ -90,9 +106,16 @@ class OpenAICompatClient:
             if len(toks) != len(lps):
                 raise ServerError("tokens and token_logprobs differ in length")
             pv = c.get("policy_version")
-            comps.append(Completion(toks, lps, c.get("text", ""), c.get("finish_reason") or "length",
-                                    (int(pv[0]), int(pv[1])) if pv else None))
-        return [comps[i * n:(i + 1) * n] for i in range(len(prompts))]
+            comps.append(
+                Completion(
+                    toks,
+                    lps,
+                    c.get("text", ""),
+                    c.get("finish_reason") or "length",
+                    (int(pv[0]), int(pv[1])) if pv else None,
+                )
+            )
+        return [comps[i * n : (i + 1) * n] for i in range(len(prompts))]
 
     def update_weights(self, weight_dir: str, version: int) -> float:
         t0 = time.perf_counter()

@@ -44,8 +44,15 @@ class Request:
 
 
 class Engine:
-    def __init__(self, model: Any, pad_id: int, stop_ids: set[int], max_batch_size: int = 64,
-                 version: int = 0, device: str = "cpu") -> None:
+    def __init__(
+        self,
+        model: Any,
+        pad_id: int,
+        stop_ids: set[int],
+        max_batch_size: int = 64,
+        version: int = 0,
+        device: str = "cpu",
+    ) -> None:
         self.model = model.eval()
         self.pad_id = pad_id
         self.stop_ids = set(stop_ids)
@@ -66,8 +73,14 @@ class Engine:
         self._thread.start()
 
     # -- requests -------------------------------------------------------------------------------
-    def submit(self, prompts: list[list[int]], n: int = 1, max_tokens: int = 16, temperature: float = 1.0,
-               seed: int | None = None) -> Request:
+    def submit(
+        self,
+        prompts: list[list[int]],
+        n: int = 1,
+        max_tokens: int = 16,
+        temperature: float = 1.0,
+        seed: int | None = None,
+    ) -> Request:
         if not prompts or any(not p for p in prompts):
             raise ValueError("empty prompt")
         req = Request(id=next(self._ids), seqs=[])
@@ -163,11 +176,19 @@ class Engine:
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         attn = torch.zeros((len(rows), width), dtype=torch.long)
         for i, r in enumerate(rows):  # left padding: the next-token logits sit in the last column
-            ids[i, width - len(r):] = torch.tensor(r)
-            attn[i, width - len(r):] = 1
+            ids[i, width - len(r) :] = torch.tensor(r)
+            attn[i, width - len(r) :] = 1
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        logits = self.model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device),
-                            position_ids=pos.to(self.device)).logits[:, -1].float().cpu()
+        logits = (
+            self.model(
+                input_ids=ids.to(self.device),
+                attention_mask=attn.to(self.device),
+                position_ids=pos.to(self.device),
+            )
+            .logits[:, -1]
+            .float()
+            .cpu()
+        )
         for i, (_, s) in enumerate(batch):
             if s.temperature > 0:
                 lp = torch.log_softmax(logits[i] / s.temperature, dim=-1)

@@ -1,13 +1,13 @@
 """HTTP front of the engine: the subset of vLLM's OpenAI-compatible API the orchestrator uses.
 
-    GET  /health                 {"status": "ok", "version": N, "paused": bool}
-    GET  /v1/models              the served model
-    POST /v1/completions         prompt(s) as text or token ids, n, max_tokens, temperature, seed,
-                                 logprobs, return_tokens_as_token_ids (vLLM's extension)
-    POST /update_weights         {"weight_dir": DIR, "version": N}: load DIR/model.safetensors, then
-                                 pause, swap, resume: in-flight requests continue
-    POST /pause, POST /resume
-    GET  /metrics                Prometheus exposition
+GET  /health                 {"status": "ok", "version": N, "paused": bool}
+GET  /v1/models              the served model
+POST /v1/completions         prompt(s) as text or token ids, n, max_tokens, temperature, seed,
+                             logprobs, return_tokens_as_token_ids (vLLM's extension)
+POST /update_weights         {"weight_dir": DIR, "version": N}: load DIR/model.safetensors, then
+                             pause, swap, resume: in-flight requests continue
+POST /pause, POST /resume
+GET  /metrics                Prometheus exposition
 """
 
 from __future__ import annotations
@@ -40,23 +40,31 @@ def _prompts(body: dict[str, Any], tokenizer: Any) -> list[list[int]]:
         return [list(p)]
     if isinstance(p, list) and p and all(isinstance(x, str) for x in p):
         return [tokenizer.encode(x, add_special_tokens=False) for x in p]
-    if isinstance(p, list) and p and all(isinstance(x, list) and x and all(isinstance(t, int) for t in x) for x in p):
+    if (
+        isinstance(p, list)
+        and p
+        and all(isinstance(x, list) and x and all(isinstance(t, int) for t in x) for x in p)
+    ):
         return [list(x) for x in p]
     raise BadRequest("prompt must be a string, a list of strings, token ids or lists of token ids")
 
 
 class InferenceServer:
-    def __init__(self, engine: Engine, tokenizer: Any, model_name: str, host: str = "127.0.0.1",
-                 port: int = 0) -> None:
+    def __init__(
+        self, engine: Engine, tokenizer: Any, model_name: str, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.model_name = model_name
         self.registry = CollectorRegistry()
         self.m_requests = Counter("opsctl_inference_requests", "Completion requests", registry=self.registry)
         self.m_tokens = Gauge("opsctl_inference_tokens_generated", "Tokens generated", registry=self.registry)
-        self.m_version = Gauge("opsctl_inference_policy_version", "Loaded policy version", registry=self.registry)
-        self.m_update = Gauge("opsctl_inference_weight_update_seconds", "Last weight update pause",
-                              registry=self.registry)
+        self.m_version = Gauge(
+            "opsctl_inference_policy_version", "Loaded policy version", registry=self.registry
+        )
+        self.m_update = Gauge(
+            "opsctl_inference_weight_update_seconds", "Last weight update pause", registry=self.registry
+        )
         self.m_inflight = Gauge("opsctl_inference_in_flight", "Sequences in flight", registry=self.registry)
         self._update_lock = threading.Lock()
         server = self
@@ -87,10 +95,14 @@ class InferenceServer:
 
             def do_GET(self) -> None:
                 if self.path == "/health":
-                    self._send(200, {"status": "ok", "version": server.engine.version,
-                                     "paused": server.engine.paused})
+                    self._send(
+                        200,
+                        {"status": "ok", "version": server.engine.version, "paused": server.engine.paused},
+                    )
                 elif self.path == "/v1/models":
-                    self._send(200, {"object": "list", "data": [{"id": server.model_name, "object": "model"}]})
+                    self._send(
+                        200, {"object": "list", "data": [{"id": server.model_name, "object": "model"}]}
+                    )
                 elif self.path == "/metrics":
                     server.m_tokens.set(server.engine.tokens_generated)
                     server.m_inflight.set(server.engine.in_flight())
@@ -116,7 +128,7 @@ class InferenceServer:
                         self._send(404, {"error": {"message": f"no route {self.path}"}})
                 except BadRequest as exc:
                     self._send(400, {"error": {"message": str(exc), "type": "BadRequestError"}})
-                except Exception as exc:  # noqa: BLE001 - report to the client, keep serving
+                except Exception as exc:
                     log.exception("request failed")
                     self._send(500, {"error": {"message": f"{type(exc).__name__}: {exc}"}})
 
@@ -135,8 +147,13 @@ class InferenceServer:
         as_ids = bool(body.get("return_tokens_as_token_ids", False))
         want_lp = body.get("logprobs") is not None
         self.m_requests.inc()
-        req = self.engine.submit(prompts, n=n, max_tokens=max_tokens, temperature=temperature,
-                                 seed=None if seed is None else int(seed))
+        req = self.engine.submit(
+            prompts,
+            n=n,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            seed=None if seed is None else int(seed),
+        )
         seqs = req.wait()
         choices = []
         for idx, s in enumerate(seqs):
@@ -150,15 +167,27 @@ class InferenceServer:
                 "logprobs": None,
             }
             if want_lp:
-                choice["logprobs"] = {"tokens": toks, "token_logprobs": s.logprobs, "top_logprobs": None,
-                                      "text_offset": None}
+                choice["logprobs"] = {
+                    "tokens": toks,
+                    "token_logprobs": s.logprobs,
+                    "top_logprobs": None,
+                    "text_offset": None,
+                }
             choices.append(choice)
         n_prompt = sum(len(p) for p in prompts) * n
         n_comp = sum(len(s.tokens) for s in seqs)
-        return {"id": f"cmpl-{req.id}", "object": "text_completion", "created": int(time.time()),
-                "model": self.model_name, "choices": choices,
-                "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_comp,
-                          "total_tokens": n_prompt + n_comp}}
+        return {
+            "id": f"cmpl-{req.id}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": n_prompt,
+                "completion_tokens": n_comp,
+                "total_tokens": n_prompt + n_comp,
+            },
+        }
 
     def update_weights(self, body: dict[str, Any]) -> dict[str, Any]:
         weight_dir = body.get("weight_dir")

@@ -58,8 +58,16 @@ def inference_clients(run: RunDir, cfg: JobConfig, count: int) -> list[OpenAICom
 
 
 class Orchestrator:
-    def __init__(self, run: RunDir, cfg: JobConfig, clients: list[OpenAICompatClient], env: Environment,
-                 tokenizer: Any, metrics: Metrics, start_step: int = 0) -> None:
+    def __init__(
+        self,
+        run: RunDir,
+        cfg: JobConfig,
+        clients: list[OpenAICompatClient],
+        env: Environment,
+        tokenizer: Any,
+        metrics: Metrics,
+        start_step: int = 0,
+    ) -> None:
         self.run, self.cfg, self.clients, self.env = run, cfg, clients, env
         self.tok = tokenizer
         self.metrics = metrics
@@ -85,16 +93,26 @@ class Orchestrator:
             # Drawn but not yet trained on: handed back first on resume, so nothing is skipped.
             pending = [g.task_index for g in self.buffer] + list(self.in_flight)
             state["requeued"] = pending + state["requeued"]
-            return {"step": self.step, "sampler": state, "consumed": list(self.consumed),
-                    "dropped_total": self.dropped_total}
+            return {
+                "step": self.step,
+                "sampler": state,
+                "consumed": list(self.consumed),
+                "dropped_total": self.dropped_total,
+            }
 
     def save_checkpoint(self) -> None:
         state = self.state_dict()
-        publish_dir(self.run.step(self.run.ckpt("orchestrator"), self.step),
-                    lambda tmp: torch.save(state, tmp / "state.pt"), COMMITTED, {"step": self.step})
+        publish_dir(
+            self.run.step(self.run.ckpt("orchestrator"), self.step),
+            lambda tmp: torch.save(state, tmp / "state.pt"),
+            COMMITTED,
+            {"step": self.step},
+        )
 
     def load_checkpoint(self, step: int) -> None:
-        state = torch.load(self.run.step(self.run.ckpt("orchestrator"), step) / "state.pt", weights_only=False)
+        state = torch.load(
+            self.run.step(self.run.ckpt("orchestrator"), step) / "state.pt", weights_only=False
+        )
         self.sampler.load_state_dict(state["sampler"])
         self.consumed = list(state["consumed"])
         self.dropped_total = int(state["dropped_total"])
@@ -104,16 +122,24 @@ class Orchestrator:
     def _prompt_ids(self, prompt: str) -> list[int]:
         return [self.tok.bos_token_id, *self.tok.encode(prompt, add_special_tokens=False)]
 
-    def generate(self, indices: list[int], n: int, temperature: float, seed: int,
-                 dataset: Any = None) -> list[tuple[int, list[Completion]]]:
+    def generate(
+        self, indices: list[int], n: int, temperature: float, seed: int, dataset: Any = None
+    ) -> list[tuple[int, list[Completion]]]:
         data = dataset if dataset is not None else self.env.dataset
         prompts = [self._prompt_ids(data[i].prompt) for i in indices]
         # Split the prompts across the servers; each server gets one request.
         parts = [list(range(k, len(prompts), len(self.clients))) for k in range(len(self.clients))]
         futures = [
-            self.pool.submit(c.complete, [prompts[i] for i in part], n, self.cfg.inference.max_tokens,
-                             temperature, seed + k)
-            for k, (c, part) in enumerate(zip(self.clients, parts, strict=True)) if part
+            self.pool.submit(
+                c.complete,
+                [prompts[i] for i in part],
+                n,
+                self.cfg.inference.max_tokens,
+                temperature,
+                seed + k,
+            )
+            for k, (c, part) in enumerate(zip(self.clients, parts, strict=True))
+            if part
         ]
         out: dict[int, list[Completion]] = {}
         for part, fut in zip([p for p in parts if p], futures, strict=True):
@@ -130,8 +156,9 @@ class Orchestrator:
             reward, _parts = self.env.rubric.score(text, task, self.env.parser)
             version = c.versions[0] if c.versions else fallback_version
             rollouts.append(Rollout(prompt, c.tokens, c.logprobs, reward, version))
-        for r, a in zip(rollouts, group_advantages([r.reward for r in rollouts], self.oc.normalize_adv_std),
-                        strict=True):
+        for r, a in zip(
+            rollouts, group_advantages([r.reward for r in rollouts], self.oc.normalize_adv_std), strict=True
+        ):
             r.advantage = a
         return RolloutGroup(task.id, index, rollouts)
 
@@ -140,7 +167,7 @@ class Orchestrator:
         def run() -> None:
             try:
                 fn()
-            except BaseException as exc:  # noqa: BLE001 - surfaced by the main thread
+            except BaseException as exc:
                 log.exception("thread failed")
                 with self.cv:
                     self.error = exc
@@ -154,7 +181,9 @@ class Orchestrator:
             if latest is not None and latest > self.loaded_version:
                 path = str(self.run.step(self.run.weights, latest))
                 t0 = time.perf_counter()
-                list(self.pool.map(lambda c: c.update_weights(path, latest), self.clients))
+                futures = [self.pool.submit(c.update_weights, path, latest) for c in self.clients]
+                for f in futures:
+                    f.result()
                 with self.cv:
                     self.loaded_version = latest
                     self.last_update_s = time.perf_counter() - t0
@@ -171,8 +200,10 @@ class Orchestrator:
                     if self.done or self.error:
                         return
                     target = self.taken + len(self.buffer) // oc.batch_groups
-                    if self.loaded_version >= target - oc.async_level and len(self.buffer) < (
-                            oc.async_level + 1) * oc.batch_groups:
+                    if (
+                        self.loaded_version >= target - oc.async_level
+                        and len(self.buffer) < (oc.async_level + 1) * oc.batch_groups
+                    ):
                         break
                     self.cv.wait(timeout=0.5)
                 indices = self.sampler.draw(oc.batch_groups)
@@ -222,11 +253,21 @@ class Orchestrator:
 
         def fill(tmp: Path) -> None:
             for r, mbs in enumerate(ranks):
-                torch.save({"step": step, "loss_tokens": loss_tokens,
-                            "micro_batches": [collate(mb, pad) for mb in mbs]}, tmp / f"rank_{r}.pt")
+                torch.save(
+                    {
+                        "step": step,
+                        "loss_tokens": loss_tokens,
+                        "micro_batches": [collate(mb, pad) for mb in mbs],
+                    },
+                    tmp / f"rank_{r}.pt",
+                )
 
-        publish_dir(self.run.step(self.run.rollouts, step), fill, STABLE,
-                    {"step": step, "groups": [g.task_id for g in groups]})
+        publish_dir(
+            self.run.step(self.run.rollouts, step),
+            fill,
+            STABLE,
+            {"step": step, "groups": [g.task_id for g in groups]},
+        )
         return loss_tokens
 
     def evaluate(self, tag_step: int) -> float:
@@ -236,17 +277,27 @@ class Orchestrator:
         if not data:
             return float("nan")
         n = self.oc.eval_samples
-        results = self.generate(list(range(len(data))), n, self.oc.eval_temperature, self.cfg.seed + 17,
-                                dataset=data)
+        results = self.generate(
+            list(range(len(data))), n, self.oc.eval_temperature, self.cfg.seed + 17, dataset=data
+        )
         correct = 0
         for i, comps in results:
             for c in comps:
                 text = self.tok.decode(c.tokens, skip_special_tokens=True)
                 correct += int(self.env.parser.parse_answer(text) == data[i].answer)
         acc = correct / (len(data) * n)
-        self.metrics.log({"event": "eval", "step": tag_step, "policy_version": self.loaded_version,
-                          "eval_accuracy": acc, "eval_size": len(data), "eval_samples": n,
-                          "eval_temperature": self.oc.eval_temperature, "env": self.env.name})
+        self.metrics.log(
+            {
+                "event": "eval",
+                "step": tag_step,
+                "policy_version": self.loaded_version,
+                "eval_accuracy": acc,
+                "eval_size": len(data),
+                "eval_samples": n,
+                "eval_temperature": self.oc.eval_temperature,
+                "env": self.env.name,
+            }
+        )
         log.info("eval at step %d (policy %d): accuracy %.3f", tag_step, self.loaded_version, acc)
         return acc
 
@@ -280,17 +331,22 @@ class Orchestrator:
                 self.metrics.lag.observe(lag)
             self.metrics.count("stale_groups_dropped", dropped)
             rec: dict[str, Any] = {
-                "step": self.step, "env": self.env.name,
+                "step": self.step,
+                "env": self.env.name,
                 f"reward_mean_{self.env.name}": statistics.fmean(rewards),
                 f"reward_std_{self.env.name}": statistics.pstdev(rewards),
-                "rollouts": n_roll, "rollouts_per_s": n_roll / max(now - t_prev, 1e-9),
-                "step_time": now - t_prev, "completion_tokens": loss_tokens,
+                "rollouts": n_roll,
+                "rollouts_per_s": n_roll / max(now - t_prev, 1e-9),
+                "step_time": now - t_prev,
+                "completion_tokens": loss_tokens,
                 "off_policy_lag_hist": {str(k): v for k, v in sorted(hist.items())},
-                "off_policy_lag_max": max(lags), "dropped_groups": dropped,
+                "off_policy_lag_max": max(lags),
+                "dropped_groups": dropped,
                 # How far behind the batch it was requested for the policy was when generation began:
                 # async_level bounds this.
                 "async_gap_max": max(g.target - g.start_version for g in groups),
-                "dropped_groups_total": self.dropped_total, "policy_version": self.loaded_version,
+                "dropped_groups_total": self.dropped_total,
+                "policy_version": self.loaded_version,
                 "weight_update_time": self.last_update_s,
             }
             self.metrics.log(rec)
@@ -304,7 +360,9 @@ class Orchestrator:
         threads[1].join(timeout=600)
         if oc.eval_at_end and oc.eval_size:
             self.done = False  # the watcher must still deliver the final policy
-            watcher = threading.Thread(target=self._guard(self.weight_watcher), name="weights-final", daemon=True)
+            watcher = threading.Thread(
+                target=self._guard(self.weight_watcher), name="weights-final", daemon=True
+            )
             watcher.start()
             self.wait_version(tc.steps)
             self.evaluate(tc.steps)

@@ -52,8 +52,9 @@ def off_policy_lag(step: int, group: RolloutGroup) -> int:
     return step - group.version
 
 
-def split_stale(step: int, groups: list[RolloutGroup], max_off_policy_steps: int
-                ) -> tuple[list[RolloutGroup], list[RolloutGroup]]:
+def split_stale(
+    step: int, groups: list[RolloutGroup], max_off_policy_steps: int
+) -> tuple[list[RolloutGroup], list[RolloutGroup]]:
     fresh = [g for g in groups if off_policy_lag(step, g) <= max_off_policy_steps]
     stale = [g for g in groups if off_policy_lag(step, g) > max_off_policy_steps]
     return fresh, stale
@@ -72,12 +73,14 @@ def to_samples(groups: list[RolloutGroup]) -> list[Sample]:
     for g in groups:
         for r in g.rollouts:
             n_p, n_c = len(r.prompt), len(r.completion)
-            out.append(Sample(
-                input_ids=r.prompt + r.completion,
-                loss_mask=[0] * n_p + [1] * n_c,
-                logprobs=[0.0] * n_p + list(r.logprobs),
-                advantages=[0.0] * n_p + [r.advantage] * n_c,
-            ))
+            out.append(
+                Sample(
+                    input_ids=r.prompt + r.completion,
+                    loss_mask=[0] * n_p + [1] * n_c,
+                    logprobs=[0.0] * n_p + list(r.logprobs),
+                    advantages=[0.0] * n_p + [r.advantage] * n_c,
+                )
+            )
     return out
 
 
@@ -154,8 +157,13 @@ class TaskSampler:
         self.requeued = list(indices) + self.requeued
 
     def state_dict(self) -> dict[str, Any]:
-        return {"size": self.size, "seed": self.seed, "epoch": self.epoch, "pos": self.pos,
-                "requeued": list(self.requeued)}
+        return {
+            "size": self.size,
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "pos": self.pos,
+            "requeued": list(self.requeued),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state["size"] != self.size or state["seed"] != self.seed:

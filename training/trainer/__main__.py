@@ -45,7 +45,11 @@ class Trainer:
         self.run, self.cfg, self.rank, self.world = run, cfg, rank, world
         tc = cfg.trainer
         self.cuda = torch.cuda.is_available() and tc.backend != "gloo"
-        self.device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}") if self.cuda else torch.device("cpu")
+        self.device = (
+            torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}")
+            if self.cuda
+            else torch.device("cpu")
+        )
         if world > 1 and not dist.is_initialized():
             dist.init_process_group("nccl" if self.cuda else "gloo", rank=rank, world_size=world)
         torch.manual_seed(cfg.seed)
@@ -59,8 +63,9 @@ class Trainer:
                 fully_shard(layer)
             fully_shard(self.model)
         self.model.train()
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=tc.lr, betas=(tc.betas[0], tc.betas[1]),
-                                     weight_decay=tc.weight_decay)
+        self.opt = torch.optim.AdamW(
+            self.model.parameters(), lr=tc.lr, betas=(tc.betas[0], tc.betas[1]), weight_decay=tc.weight_decay
+        )
         warm = max(1, tc.warmup_steps)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm))
         self.step = 0
@@ -70,28 +75,44 @@ class Trainer:
         if self.fsdp:
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-            sd = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            sd = get_model_state_dict(
+                self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+            )
         else:
             sd = self.model.state_dict()
         # Clone: safetensors refuses tensors that share storage (tied embeddings).
-        return {k: v.detach().to("cpu").contiguous().clone() for k, v in sd.items()}
+        return {
+            k: v.detach().to("cpu").contiguous().clone() for k, v in sd.items() if isinstance(v, torch.Tensor)
+        }
 
     def optim_state(self) -> dict[str, Any]:
         if self.fsdp:
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
-            return dict(get_optimizer_state_dict(self.model, self.opt,
-                                                 options=StateDictOptions(full_state_dict=True, cpu_offload=True)))
+            return dict(
+                get_optimizer_state_dict(
+                    self.model, self.opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+                )
+            )
         return dict(self.opt.state_dict())
 
     def save_checkpoint(self) -> None:
         model, optim = self.full_state(), self.optim_state()  # collective under FSDP: every rank
         if self.rank != 0:
             return
-        state = {"step": self.step, "model": model, "optimizer": optim, "scheduler": self.sched.state_dict(),
-                 "rng": {"torch": torch.get_rng_state(), "python": random.getstate()}}
-        publish_dir(self.run.step(self.run.ckpt("trainer"), self.step),
-                    lambda tmp: torch.save(state, tmp / "state.pt"), COMMITTED, {"step": self.step})
+        state = {
+            "step": self.step,
+            "model": model,
+            "optimizer": optim,
+            "scheduler": self.sched.state_dict(),
+            "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
+        }
+        publish_dir(
+            self.run.step(self.run.ckpt("trainer"), self.step),
+            lambda tmp: torch.save(state, tmp / "state.pt"),
+            COMMITTED,
+            {"step": self.step},
+        )
         ckpts = step_dirs(self.run.ckpt("trainer"), COMMITTED)
         for s in sorted(ckpts)[:-2]:
             shutil.rmtree(ckpts[s], ignore_errors=True)
@@ -120,8 +141,12 @@ class Trainer:
         t0 = time.perf_counter()
         sd = self.full_state()
         if self.rank == 0:
-            publish_dir(self.run.step(self.run.weights, self.step),
-                        lambda tmp: save_file(sd, str(tmp / "model.safetensors")), STABLE, {"version": self.step})
+            publish_dir(
+                self.run.step(self.run.weights, self.step),
+                lambda tmp: save_file(sd, str(tmp / "model.safetensors")),
+                STABLE,
+                {"version": self.step},
+            )
             self.prune_weights()
         return time.perf_counter() - t0
 
@@ -129,7 +154,7 @@ class Trainer:
         tc = self.cfg.trainer
         versions = step_dirs(self.run.weights)
         # Inference may still be loading a version up to async_level + 1 behind the newest.
-        keep = set(sorted(versions)[-max(tc.keep_weights, self.cfg.orchestrator.async_level + 2):])
+        keep = set(sorted(versions)[-max(tc.keep_weights, self.cfg.orchestrator.async_level + 2) :])
         for v, path in versions.items():
             # Versions at checkpoint steps stay: a resumed inference server starts from them.
             if v not in keep and v % tc.checkpoint_every != 0:
@@ -146,9 +171,18 @@ class Trainer:
         n_tok = 0
         for mb in batch["micro_batches"]:
             mb = {k: v.to(self.device) for k, v in mb.items()}
-            lp = token_logprobs(self.model, mb["input_ids"], mb["attention_mask"], self.cfg.inference.temperature)
-            st = rl_loss(lp, mb["logprobs"], mb["advantages"], mb["loss_mask"], total,
-                         tc.mask_ratio_low, tc.mask_ratio_high)
+            lp = token_logprobs(
+                self.model, mb["input_ids"], mb["attention_mask"], self.cfg.inference.temperature
+            )
+            st = rl_loss(
+                lp,
+                mb["logprobs"],
+                mb["advantages"],
+                mb["loss_mask"],
+                total,
+                tc.mask_ratio_low,
+                tc.mask_ratio_high,
+            )
             (st.loss_sum * scale).backward()
             loss_sum += st.loss_sum.detach()
             stats += torch.tensor([st.tokens, st.masked, st.mismatch_kl_sum], dtype=torch.float64)
@@ -168,9 +202,15 @@ class Trainer:
         self.sched.step()
         self.step += 1
         tokens, masked, kl = (float(x) for x in stats)
-        return {"loss": float(loss_sum), "grad_norm": float(gnorm), "mismatch_kl": kl / max(tokens, 1.0),
-                "masked_fraction": masked / max(tokens, 1.0), "loss_tokens": tokens, "rank_tokens": n_tok,
-                "lr": self.sched.get_last_lr()[0]}
+        return {
+            "loss": float(loss_sum),
+            "grad_norm": float(gnorm),
+            "mismatch_kl": kl / max(tokens, 1.0),
+            "masked_fraction": masked / max(tokens, 1.0),
+            "loss_tokens": tokens,
+            "rank_tokens": n_tok,
+            "lr": float(self.sched.get_last_lr()[0]),
+        }
 
     def run_loop(self, metrics: Metrics | None) -> None:
         tc = self.cfg.trainer
@@ -185,10 +225,16 @@ class Trainer:
             if self.step % tc.checkpoint_every == 0 and self.step < tc.steps:
                 self.save_checkpoint()
             if metrics is not None:
-                metrics.log({"step": self.step - 1, **{k: round(v, 6) for k, v in rec.items()},
-                             "tokens_per_s": rec["rank_tokens"] * self.world / max(t2 - t1, 1e-9),
-                             "step_time": time.perf_counter() - t0, "wait_time": t1 - t0,
-                             "weight_publish_time": publish_s})
+                metrics.log(
+                    {
+                        "step": self.step - 1,
+                        **{k: round(v, 6) for k, v in rec.items()},
+                        "tokens_per_s": rec["rank_tokens"] * self.world / max(t2 - t1, 1e-9),
+                        "step_time": time.perf_counter() - t0,
+                        "wait_time": t1 - t0,
+                        "weight_publish_time": publish_s,
+                    }
+                )
             log.info("step %d loss %.4f grad_norm %.3f", self.step - 1, rec["loss"], rec["grad_norm"])
 
 
@@ -203,7 +249,9 @@ def main(argv: list[str] | None = None) -> None:
     run = RunDir(Path(args.run_dir))
     cfg = load_config(args.config or run.config)
     if world != cfg.trainer.world_size:
-        raise SystemExit(f"training.trainer: WORLD_SIZE={world} but trainer.world_size={cfg.trainer.world_size}")
+        raise SystemExit(
+            f"training.trainer: WORLD_SIZE={world} but trainer.world_size={cfg.trainer.world_size}"
+        )
     set_threads(cfg.trainer.threads)
     trainer = Trainer(run, cfg, rank, world)
     if args.resume_step:

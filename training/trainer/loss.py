@@ -15,8 +15,15 @@ class LossStats:
     mismatch_kl_sum: float  # sum over loss tokens of an estimate of KL(inference || trainer)
 
 
-def rl_loss(logprobs: torch.Tensor, inference_logprobs: torch.Tensor, advantages: torch.Tensor,
-            loss_mask: torch.Tensor, total_tokens: int, ratio_low: float, ratio_high: float) -> LossStats:
+def rl_loss(
+    logprobs: torch.Tensor,
+    inference_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    total_tokens: int,
+    ratio_low: float,
+    ratio_high: float,
+) -> LossStats:
     """-(ratio * advantage) per token, where ratio = pi_train / pi_inference.
 
     The gradient of ratio is ratio * grad(log pi_train): the policy gradient, importance-weighted

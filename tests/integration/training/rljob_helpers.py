@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -15,8 +16,13 @@ DEMO = ROOT / "training" / "configs" / "demo.toml"
 
 # Small and fast: a short SFT, little evaluation.
 FAST = [
-    "sft.steps=20", "sft.num_demos=64", "orchestrator.eval_size=0", "orchestrator.batch_groups=4",
-    "orchestrator.group_size=4", "inference.max_tokens=4", "env.kwargs={digits = 2, num_train = 400, num_eval = 20}",
+    "sft.steps=20",
+    "sft.num_demos=64",
+    "orchestrator.eval_size=0",
+    "orchestrator.batch_groups=4",
+    "orchestrator.group_size=4",
+    "inference.max_tokens=4",
+    "env.kwargs={digits = 2, num_train = 400, num_eval = 20}",
 ]
 
 
@@ -36,8 +42,14 @@ class Job:
     def __init__(self, argv: list[str], log: Path) -> None:
         self.log = log
         with open(log, "ab") as fh:
-            self.proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
-                                         cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            self.proc = subprocess.Popen(
+                argv,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=ROOT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
 
     def wait(self, timeout: float) -> int:
         try:
@@ -47,10 +59,8 @@ class Job:
             raise
 
     def kill(self) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.proc.wait()
 
 

@@ -15,12 +15,21 @@ from safetensors.torch import load_file
 pytestmark = pytest.mark.integration
 
 STEPS, EVERY, KILL_AFTER = 24, 6, 12
-OVERRIDES = [*FAST, f"trainer.steps={STEPS}", f"trainer.checkpoint_every={EVERY}", "orchestrator.async_level=0",
-             "orchestrator.max_off_policy_steps=0", "seed=5", "orchestrator.batch_groups=8"]
+OVERRIDES = [
+    *FAST,
+    f"trainer.steps={STEPS}",
+    f"trainer.checkpoint_every={EVERY}",
+    "orchestrator.async_level=0",
+    "orchestrator.max_off_policy_steps=0",
+    "seed=5",
+    "orchestrator.batch_groups=8",
+]
 
 
 def batches(run: Path) -> list[list[str]]:
-    return [json.loads((run / "rollouts" / f"step_{s}" / "STABLE").read_text())["groups"] for s in range(STEPS)]
+    return [
+        json.loads((run / "rollouts" / f"step_{s}" / "STABLE").read_text())["groups"] for s in range(STEPS)
+    ]
 
 
 def test_killed_and_resumed_run_matches_uninterrupted(tmp_path: Path, jobs) -> None:  # type: ignore[no-untyped-def]
@@ -38,7 +47,8 @@ def test_killed_and_resumed_run_matches_uninterrupted(tmp_path: Path, jobs) -> N
     assert not (cut / "weights" / f"step_{STEPS}").exists(), "the run finished before it was killed"
 
     assert jobs(launch_argv(cut, [], resume=True), tmp_path / "resume.log").wait(600) == 0, (
-        tmp_path / "resume.log").read_text()
+        tmp_path / "resume.log"
+    ).read_text()
 
     w_ref = load_file(str(ref / "weights" / f"step_{STEPS}" / "model.safetensors"))
     w_cut = load_file(str(cut / "weights" / f"step_{STEPS}" / "model.safetensors"))

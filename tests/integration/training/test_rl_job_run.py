@@ -14,9 +14,21 @@ pytestmark = pytest.mark.integration
 def test_async_bounds_hold_in_a_real_run(tmp_path: Path, jobs) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "run"
     steps, k, max_off = 10, 2, 1
-    job = jobs(launch_argv(out, [*FAST, f"trainer.steps={steps}", f"orchestrator.async_level={k}",
-                                 f"orchestrator.max_off_policy_steps={max_off}", "trainer.world_size=2",
-                                 "trainer.checkpoint_every=5", "orchestrator.eval_size=8"]), tmp_path / "launch.log")
+    job = jobs(
+        launch_argv(
+            out,
+            [
+                *FAST,
+                f"trainer.steps={steps}",
+                f"orchestrator.async_level={k}",
+                f"orchestrator.max_off_policy_steps={max_off}",
+                "trainer.world_size=2",
+                "trainer.checkpoint_every=5",
+                "orchestrator.eval_size=8",
+            ],
+        ),
+        tmp_path / "launch.log",
+    )
     assert job.wait(timeout=600) == 0, (tmp_path / "launch.log").read_text()
 
     recs = metrics(out)

@@ -24,8 +24,9 @@ def server(tiny_model_dir: Path) -> Iterator[InferenceServer]:
     srv.shutdown()
 
 
-def test_completions_with_token_ids_and_logprobs_match_the_trainer(server: InferenceServer,
-                                                                    tiny_model_dir: Path) -> None:
+def test_completions_with_token_ids_and_logprobs_match_the_trainer(
+    server: InferenceServer, tiny_model_dir: Path
+) -> None:
     client = OpenAICompatClient(f"http://127.0.0.1:{server.port}")
     client.wait_ready(10)
     assert client.health()["version"] == 0
@@ -38,7 +39,7 @@ def test_completions_with_token_ids_and_logprobs_match_the_trainer(server: Infer
             assert len(c.tokens) == len(c.logprobs) == 5
             assert c.versions == (0, 0)
             ids = torch.tensor([prompt + c.tokens])
-            lp = token_logprobs(model, ids, torch.ones_like(ids))[0, len(prompt):]
+            lp = token_logprobs(model, ids, torch.ones_like(ids))[0, len(prompt) :]
             assert torch.allclose(lp, torch.tensor(c.logprobs), atol=1e-4)
 
 

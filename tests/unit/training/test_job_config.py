@@ -16,8 +16,16 @@ def test_demo_config_loads_and_round_trips(tmp_path: Path) -> None:
 
 
 def test_overrides_are_typed() -> None:
-    cfg = load_config(DEMO, ["trainer.lr=1e-4", "orchestrator.async_level=2", "env.kwargs={digits = 3}",
-                             "inference.backend=builtin", "trainer.betas=[0.8, 0.9]"])
+    cfg = load_config(
+        DEMO,
+        [
+            "trainer.lr=1e-4",
+            "orchestrator.async_level=2",
+            "env.kwargs={digits = 3}",
+            "inference.backend=builtin",
+            "trainer.betas=[0.8, 0.9]",
+        ],
+    )
     assert cfg.trainer.lr == 1e-4
     assert cfg.orchestrator.async_level == 2
     assert cfg.env.kwargs == {"digits": 3}

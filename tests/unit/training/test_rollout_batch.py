@@ -14,8 +14,9 @@ from training.orchestrator.batch import (
 
 
 def group(version: int, rewards: list[float], idx: int = 0, length: int = 3) -> RolloutGroup:
-    return RolloutGroup(f"t{idx}", idx, [Rollout([1, 2], [5] * length, [-0.5] * length, r, version)
-                                         for r in rewards])
+    return RolloutGroup(
+        f"t{idx}", idx, [Rollout([1, 2], [5] * length, [-0.5] * length, r, version) for r in rewards]
+    )
 
 
 def test_group_relative_advantages() -> None:

@@ -8,7 +8,7 @@ def test_registry_has_code_checked_tasks() -> None:
     assert {"arithmetic", "reverse_text"} <= set(REGISTRY)
     with pytest.raises(ValueError, match="unknown environment"):
         load_environment("chess")
-    with pytest.raises(ValueError, match="env.kwargs"):
+    with pytest.raises(ValueError, match=r"env\.kwargs"):
         load_environment("arithmetic", bogus=1)
 
 
