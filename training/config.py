@@ -264,6 +264,8 @@ def validate(cfg: JobConfig) -> None:
         raise ConfigError("inference.port/metrics.port: must be in 0..65535")
     if cfg.inference.backend == "vllm" and not cfg.model.path:
         raise ConfigError("model.path: the vllm backend needs a checkpoint directory it can load")
+    if cfg.inference.backend == "vllm" and not cfg.inference.urls:
+        raise ConfigError("inference.urls: the vllm backend needs the servers' base URLs")
     # Late import keeps this module free of the environments' dependencies at import time.
     from training.envs import REGISTRY
 

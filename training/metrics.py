@@ -32,9 +32,10 @@ class Metrics:
         )
         self._fd = os.open(run.metrics, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.port: int | None = None
+        self._server: Any = None
         if port is not None:
-            server, _thread = start_http_server(port, addr=host, registry=self.registry)
-            self.port = int(server.server_port)
+            self._server, _thread = start_http_server(port, addr=host, registry=self.registry)
+            self.port = int(self._server.server_port)
             run.announce(
                 f"metrics-{component}", {"url": f"http://{host}:{self.port}/metrics", "pid": os.getpid()}
             )
@@ -64,6 +65,9 @@ class Metrics:
 
     def close(self) -> None:
         os.close(self._fd)
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

@@ -53,6 +53,8 @@ def demo_batch(env: Environment, tokenizer: object, tasks: list, device: str) ->
 
 
 def run_sft(run: RunDir, cfg: JobConfig) -> Path:
+    if not cfg.sft.enabled:
+        return ensure_base_model(run, cfg)
     if is_committed(run.sft_final):
         log.info("SFT checkpoint %s already committed; skipping", run.sft_final)
         return run.sft_final

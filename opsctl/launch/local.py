@@ -157,10 +157,13 @@ class LocalLauncher:
         """Run the job to the end; returns 0 when every process finished cleanly, 1 otherwise."""
         shutil.rmtree(self.run.peers, ignore_errors=True)  # addresses of a previous attempt are stale
         try:
-            if self.cfg.sft.enabled:
-                self.run_stage("sft", "training.sft", [])
-            inf = self.spawn("inference-0", "training.inference", [], {"INFERENCE_INDEX": "0"})
-            self.wait_inference(inf)
+            # Also when SFT is off: the stage builds the tiny random model if model.path is empty.
+            self.run_stage("sft", "training.sft", [])
+            # External (vLLM) servers are not ours to start: the orchestrator uses inference.urls.
+            inf = None
+            if self.cfg.inference.backend == "builtin":
+                inf = self.spawn("inference-0", "training.inference", [], {"INFERENCE_INDEX": "0"})
+                self.wait_inference(inf)
             resume = ["--resume-step", str(resume_step)] if resume_step else []
             port = str(free_port())
             world = self.cfg.trainer.world_size
@@ -184,7 +187,7 @@ class LocalLauncher:
             while True:
                 codes = [p.popen.poll() for p in workers]
                 failed = [p for p, c in zip(workers, codes, strict=True) if c not in (None, 0)]
-                if inf.popen.poll() is not None:
+                if inf is not None and inf.popen.poll() is not None:
                     failed.append(inf)
                 if failed:
                     raise RuntimeError(
