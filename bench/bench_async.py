@@ -79,14 +79,16 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     results: dict[str, Any] = {}
+    runs: dict[int, list[dict[str, float]]] = {0: [], 1: []}
     with tempfile.TemporaryDirectory(prefix="bench-async-") as tmp:
-        for k in (0, 1):
-            runs = []
-            for i in range(args.repeats):
+        # Interleave the two settings so drifting load from other work on the machine hits both alike.
+        for i in range(args.repeats):
+            for k in (0, 1) if i % 2 == 0 else (1, 0):
                 work = Path(tmp) / f"k{k}-r{i}"
                 work.mkdir()
-                runs.append(run_once(k, args.steps, args.skip, work))
-            results[f"async_level={k}"] = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+                runs[k].append(run_once(k, args.steps, args.skip, work))
+    for k, rs in runs.items():
+        results[f"async_level={k}"] = {key: statistics.median(r[key] for r in rs) for key in rs[0]}
     a0, a1 = results["async_level=0"], results["async_level=1"]
     results["ratio_rollouts_per_s"] = a1["rollouts_per_s"] / a0["rollouts_per_s"]
     results["ratio_trainer_tokens_per_s"] = a1["trainer_tokens_per_s"] / a0["trainer_tokens_per_s"]
