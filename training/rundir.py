@@ -9,6 +9,7 @@ sft/final/           SFT checkpoint the RL stage starts from (HF format + tokeni
 weights/step_N/      policy version N for inference (model.safetensors + STABLE)
 rollouts/step_N/     trainer batch N (rank_R.pt per trainer rank + STABLE)
 checkpoints/{trainer,orchestrator}/step_N/   resumable state (+ COMMITTED)
+    checkpoint_requests/step_N   the trainer stopping early (SIGUSR1) asks the orchestrator for step N
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ class RunDir:
     @property
     def rollouts(self) -> Path:
         return self.root / "rollouts"
+
+    @property
+    def checkpoint_requests(self) -> Path:
+        return self.root / "checkpoint_requests"
 
     def ckpt(self, component: str) -> Path:
         return self.root / "checkpoints" / component

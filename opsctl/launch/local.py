@@ -72,6 +72,7 @@ def resume_point(run: RunDir, cfg: tconfig.JobConfig) -> int:
         (run.ckpt("orchestrator"), COMMITTED),
     ):
         remove_uncommitted(parent, marker)
+    shutil.rmtree(run.checkpoint_requests, ignore_errors=True)  # served or moot by now
     trainer = step_dirs(run.ckpt("trainer"), COMMITTED)
     orch = step_dirs(run.ckpt("orchestrator"), COMMITTED)
     weights = step_dirs(run.weights)

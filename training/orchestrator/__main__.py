@@ -85,6 +85,9 @@ class Orchestrator:
         self.done = False
         self.error: BaseException | None = None
         self.pool = ThreadPoolExecutor(max_workers=max(1, len(clients)))
+        # State as it was before each recent batch: an early trainer checkpoint (SIGUSR1) at step s
+        # needs the orchestrator's state at s, which the orchestrator has usually run past.
+        self.snapshots: dict[int, dict[str, Any]] = {}
 
     # -- checkpoints ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -100,14 +103,22 @@ class Orchestrator:
                 "dropped_total": self.dropped_total,
             }
 
-    def save_checkpoint(self) -> None:
-        state = self.state_dict()
-        publish_dir(
-            self.run.step(self.run.ckpt("orchestrator"), self.step),
-            lambda tmp: torch.save(state, tmp / "state.pt"),
-            COMMITTED,
-            {"step": self.step},
-        )
+    def save_checkpoint(self, state: dict[str, Any] | None = None) -> None:
+        state = state if state is not None else self.state_dict()
+        step = int(state["step"])
+        path = self.run.step(self.run.ckpt("orchestrator"), step)
+        if (path / COMMITTED).exists():
+            return
+        publish_dir(path, lambda tmp: torch.save(state, tmp / "state.pt"), COMMITTED, {"step": step})
+
+    def serve_checkpoint_requests(self) -> None:
+        if not self.run.checkpoint_requests.is_dir():
+            return
+        for req in self.run.checkpoint_requests.iterdir():
+            if req.name.startswith("step_") and req.name[5:].isdigit():
+                snap = self.snapshots.get(int(req.name[5:]))
+                if snap is not None:
+                    self.save_checkpoint(snap)
 
     def load_checkpoint(self, step: int) -> None:
         state = torch.load(
@@ -189,6 +200,8 @@ class Orchestrator:
                     self.last_update_s = time.perf_counter() - t0
                     self.cv.notify_all()
                 log.info("inference now at policy version %d", latest)
+            with self.cv:
+                self.serve_checkpoint_requests()
             time.sleep(0.02)
 
     def producer(self) -> None:
@@ -319,8 +332,13 @@ class Orchestrator:
         start = self.step
         t_prev = time.perf_counter()
         while self.step < tc.steps:
+            snapshot = self.state_dict()
+            with self.cv:
+                self.snapshots[self.step] = snapshot
+                for old in [s for s in self.snapshots if s < self.step - oc.async_level - 4]:
+                    del self.snapshots[old]
             if self.step > start and self.step % tc.checkpoint_every == 0:
-                self.save_checkpoint()
+                self.save_checkpoint(snapshot)
             groups, lags, dropped = self.take_batch()
             loss_tokens = self.publish(self.step, groups)
             now = time.perf_counter()

@@ -15,6 +15,7 @@ import logging
 import os
 import random
 import shutil
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,7 @@ class Trainer:
         warm = max(1, tc.warmup_steps)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm))
         self.step = 0
+        self.stop_requested = False
 
     # -- state ----------------------------------------------------------------------------------
     def full_state(self) -> dict[str, torch.Tensor]:
@@ -155,6 +157,7 @@ class Trainer:
         versions = step_dirs(self.run.weights)
         # Inference may still be loading a version up to async_level + 1 behind the newest.
         keep = set(sorted(versions)[-max(tc.keep_weights, self.cfg.orchestrator.async_level + 2) :])
+        keep |= set(step_dirs(self.run.ckpt("trainer"), COMMITTED))
         for v, path in versions.items():
             # Versions at checkpoint steps stay: a resumed inference server starts from them.
             if v not in keep and v % tc.checkpoint_every != 0:
@@ -212,9 +215,35 @@ class Trainer:
             "lr": float(self.sched.get_last_lr()[0]),
         }
 
+    def checkpoint_requested(self) -> bool:
+        """SIGUSR1 (Slurm's warning before the time limit) on any rank: all ranks agree to stop."""
+        flag = torch.tensor([1.0 if self.stop_requested else 0.0])
+        if self.world > 1:
+            flag = flag.to(self.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item() > 0)
+
+    def checkpoint_and_stop(self) -> None:
+        """Checkpoint now and ask the orchestrator for its state at the same step, so that the
+        next attempt resumes here rather than at the last periodic checkpoint."""
+        if not (self.run.step(self.run.ckpt("trainer"), self.step) / COMMITTED).exists():
+            self.save_checkpoint()
+        if self.rank == 0:
+            self.run.checkpoint_requests.mkdir(parents=True, exist_ok=True)
+            (self.run.checkpoint_requests / f"step_{self.step}").touch()
+            orch = self.run.step(self.run.ckpt("orchestrator"), self.step)
+            try:
+                wait_for(orch, COMMITTED, timeout=60)
+                log.info("stopping at step %d with trainer and orchestrator checkpoints", self.step)
+            except TimeoutError:
+                log.warning("orchestrator did not checkpoint step %d; resume uses an earlier step", self.step)
+
     def run_loop(self, metrics: Metrics | None) -> None:
         tc = self.cfg.trainer
         while self.step < tc.steps:
+            if self.checkpoint_requested():
+                self.checkpoint_and_stop()
+                return
             t0 = time.perf_counter()
             path = wait_for(self.run.step(self.run.rollouts, self.step))
             batch = torch.load(path / f"rank_{self.rank}.pt", weights_only=False)
@@ -254,6 +283,11 @@ def main(argv: list[str] | None = None) -> None:
         )
     set_threads(cfg.trainer.threads)
     trainer = Trainer(run, cfg, rank, world)
+
+    def on_usr1(*_: object) -> None:
+        trainer.stop_requested = True
+
+    signal.signal(signal.SIGUSR1, on_usr1)
     if args.resume_step:
         trainer.load_checkpoint(args.resume_step)
         log.info("resumed at step %d", trainer.step)
