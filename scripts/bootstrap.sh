@@ -29,7 +29,17 @@ if ((${#missing[@]})); then
 fi
 # Debian starts services from package postinst scripts where it can; the lab and the simulated
 # cluster run their own daemons with their own config, so stop the packaged ones if they started.
-for d in slurmctld slurmd munged prometheus; do pkill -x "$d" 2>/dev/null || true; done
+# Only the packaged instances (their default pidfiles), never by name: other simulated clusters
+# (other test sessions on this machine) run daemons with the same names.
+for spec in slurmctld:/run/slurmctld.pid slurmd:/run/slurmd.pid munged:/run/munge/munged.pid \
+            prometheus:/run/prometheus/prometheus.pid; do
+  name=${spec%%:*} pidfile=${spec#*:}
+  [ -r "$pidfile" ] || continue
+  pid=$(tr -dc '0-9' <"$pidfile")
+  if [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ]; then
+    kill "$pid" 2>/dev/null || true
+  fi
+done
 
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
