@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "drain": ("opsctl.cli.nodes", "drain", "Drain nodes, with guardrails and an audit log."),
     "resume": ("opsctl.cli.nodes", "resume", "Resume nodes that opsctl drained."),
     "sim": ("opsctl.cli.sim", "sim", "Run a simulated Slurm cluster on this host."),
+    "launch": ("opsctl.cli.launch", "launch", "Launch training jobs (rl-run: SFT then async RL)."),
 }
 
 

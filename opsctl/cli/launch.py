@@ -1,0 +1,78 @@
+"""`opsctl launch rl-run`: run a training job (SFT then asynchronous RL)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+
+import click
+
+from opsctl.errors import EXIT_UNHEALTHY, UsageError
+
+
+@click.group()
+def launch() -> None:
+    """Launch training jobs."""
+
+
+@launch.command("rl-run")
+@click.option("--local", "local", is_flag=True, help="Run every process on this machine.")
+@click.option("--config", "config", type=click.Path(dir_okay=False), default=None, help="Job TOML file.")
+@click.option(
+    "-o",
+    "--override",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Dotted override, e.g. -o trainer.lr=1e-4 (repeatable).",
+)
+@click.option(
+    "--output", default=None, type=click.Path(file_okay=False), help="Run directory (default runs/<run-id>/)."
+)
+@click.option("--resume", is_flag=True, help="Continue the run in --output from its last checkpoint.")
+@click.option("--dry-run", is_flag=True, help="Validate and print the resolved config; start nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def rl_run(
+    local: bool,
+    config: str | None,
+    overrides: tuple[str, ...],
+    output: str | None,
+    resume: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """SFT, then RL with inference, orchestrator and trainer processes."""
+    from opsctl.launch import local as launcher
+    from training.config import dump_toml
+
+    if not local:
+        raise UsageError("rl-run: this build runs jobs with --local only (no Slurm submission yet)")
+    run, cfg = launcher.prepare(config, list(overrides), output, resume)
+    if dry_run:
+        click.echo(f"# run directory: {run.root}")
+        click.echo(dump_toml(cfg))
+        return
+    if not resume:
+        launcher.write_config(run, cfg)
+    step = launcher.resume_point(run, cfg) if resume else 0
+    job = launcher.LocalLauncher(run, cfg)
+
+    # SIGTERM from a scheduler or a user: stop the children, then report failure.
+    def on_term(*_: object) -> None:
+        job.stop_all()
+        sys.exit(EXIT_UNHEALTHY)
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        job.launch(step)
+    except RuntimeError as exc:
+        click.echo(f"opsctl: run failed: {exc}", err=True)
+        sys.exit(EXIT_UNHEALTHY)
+    info = launcher.summary(run)
+    if as_json:
+        click.echo(json.dumps(info))
+    else:
+        click.echo(f"run {run.root}: finished")
+        for e in info["evals"]:  # type: ignore[attr-defined]
+            click.echo(f"  eval at step {e['step']}: accuracy {e['accuracy']:.3f}")

@@ -1,0 +1,72 @@
+"""A real job: SFT, inference server, two gloo trainer ranks and the orchestrator, as processes."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+from rljob_helpers import FAST, launch_argv, metrics
+
+pytestmark = pytest.mark.integration
+
+
+def test_async_bounds_hold_in_a_real_run(tmp_path: Path, jobs) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "run"
+    steps, k, max_off = 10, 2, 1
+    job = jobs(
+        launch_argv(
+            out,
+            [
+                *FAST,
+                f"trainer.steps={steps}",
+                f"orchestrator.async_level={k}",
+                f"orchestrator.max_off_policy_steps={max_off}",
+                "trainer.world_size=2",
+                "trainer.checkpoint_every=5",
+                "orchestrator.eval_size=8",
+            ],
+        ),
+        tmp_path / "launch.log",
+    )
+    assert job.wait(timeout=600) == 0, (tmp_path / "launch.log").read_text()
+
+    recs = metrics(out)
+    orch = [r for r in recs if r["component"] == "orchestrator" and "event" not in r]
+    trainer = [r for r in recs if r["component"] == "trainer"]
+    assert [r["step"] for r in orch] == list(range(steps))
+    assert [r["step"] for r in trainer] == list(range(steps))
+    for r in orch:
+        # Inference started each group at most async_level policy versions behind its batch ...
+        assert r["async_gap_max"] <= k
+        # ... and no group older than max_off_policy_steps reached the trainer.
+        assert r["off_policy_lag_max"] <= max_off
+        assert set(map(int, r["off_policy_lag_hist"])) <= set(range(max_off + 1))
+        assert r["rollouts"] == 4 * 4
+    # With k=2 the producer runs two batches ahead on the first policy: those groups are too stale
+    # for max_off_policy_steps=1 and are dropped, counted, and their tasks re-queued.
+    assert orch[-1]["dropped_groups_total"] == sum(r["dropped_groups"] for r in orch) > 0
+    assert any(r["off_policy_lag_max"] == 1 for r in orch)  # it did run off-policy
+    assert all(r["loss_tokens"] > 0 and r["grad_norm"] >= 0 and "mismatch_kl" in r for r in trainer)
+    evals = [r for r in recs if r.get("event") == "eval"]
+    assert [e["step"] for e in evals] == [0, steps] and evals[-1]["policy_version"] == steps
+
+    # The run directory holds the resolved config, per-process logs, checkpoints and weights.
+    cfg = tomllib.loads((out / "config.toml").read_text())
+    assert cfg["orchestrator"]["async_level"] == k and cfg["trainer"]["world_size"] == 2
+    logs = {p.name for p in (out / "logs").iterdir()}
+    assert logs == {"sft.log", "inference-0.log", "trainer-0.log", "trainer-1.log", "orchestrator.log"}
+    assert (out / "weights" / f"step_{steps}" / "STABLE").is_file()
+    assert (out / "checkpoints" / "trainer" / "step_5" / "COMMITTED").is_file()
+    assert (out / "checkpoints" / "orchestrator" / "step_5" / "COMMITTED").is_file()
+    assert (out / "peers" / "metrics-trainer.json").is_file()
+
+
+def test_a_failing_component_fails_the_job(tmp_path: Path, jobs) -> None:  # type: ignore[no-untyped-def]
+    # model.path points at a directory with no checkpoint: SFT fails, the launcher reports it and
+    # starts nothing else.
+    out = tmp_path / "run"
+    job = jobs(launch_argv(out, [*FAST, f"model.path={tmp_path / 'nothing'}"]), tmp_path / "launch.log")
+    assert job.wait(timeout=300) == 1
+    assert "sft exited with 1" in (tmp_path / "launch.log").read_text()
+    assert not (out / "logs" / "orchestrator.log").exists()

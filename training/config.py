@@ -1,0 +1,327 @@
+"""Job configuration: TOML files plus dotted overrides, validated into one dataclass per section.
+
+This module imports no torch: `opsctl launch` resolves and validates configs before any process
+starts, and `opsctl --help` must stay light.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """An unknown key or a bad value; the message names the dotted key."""
+
+
+@dataclass
+class ModelConfig:
+    # Local directory with a Hugging Face checkpoint (config.json, weights, tokenizer). Empty means:
+    # build a tiny random model of `arch` in the run directory (tests and the CPU demo).
+    path: str = ""
+    arch: str = "qwen3"
+    hidden_size: int = 64
+    intermediate_size: int = 128
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    head_dim: int = 16
+    # MoE sizes, used by glm4_moe only.
+    moe_intermediate_size: int = 32
+    n_routed_experts: int = 4
+    num_experts_per_tok: int = 2
+    dtype: str = "float32"
+
+
+@dataclass
+class EnvConfig:
+    name: str = "arithmetic"
+    # Passed to the environment's load_environment(**kwargs).
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SFTConfig:
+    enabled: bool = True
+    steps: int = 100
+    batch_size: int = 16
+    lr: float = 3e-3
+    weight_decay: float = 0.0
+    num_demos: int = 256
+    warmup_steps: int = 10
+
+
+@dataclass
+class InferenceConfig:
+    # "builtin": the torch engine in training.inference; "vllm": an external OpenAI-compatible server.
+    backend: str = "builtin"
+    host: str = "127.0.0.1"
+    port: int = 0
+    # External servers (vllm backend): base URLs; empty means discover from the run directory.
+    urls: list[str] = field(default_factory=list)
+    update_weights_path: str = "/update_weights"
+    max_batch_size: int = 64
+    max_tokens: int = 8
+    temperature: float = 1.0
+    threads: int = 1
+
+
+@dataclass
+class OrchestratorConfig:
+    batch_groups: int = 8
+    group_size: int = 8
+    async_level: int = 1
+    max_off_policy_steps: int = 2
+    micro_batch_tokens: int = 2048
+    normalize_adv_std: bool = False
+    eval_size: int = 200
+    eval_samples: int = 1
+    eval_temperature: float = 0.0
+    eval_at_end: bool = True
+    threads: int = 1
+
+
+@dataclass
+class TrainerConfig:
+    steps: int = 20
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
+    warmup_steps: int = 0
+    max_grad_norm: float = 1.0
+    # Token-level importance ratio bounds: tokens whose ratio falls outside [low, high] are masked.
+    mask_ratio_low: float = 0.125
+    mask_ratio_high: float = 8.0
+    world_size: int = 1
+    checkpoint_every: int = 5
+    keep_weights: int = 3
+    threads: int = 1
+    backend: str = "auto"  # auto: nccl+FSDP on GPU, gloo on CPU
+
+
+@dataclass
+class MetricsConfig:
+    # Prometheus /metrics port per component; 0 picks a free port (written to peers/).
+    port: int = 0
+    enabled: bool = True
+
+
+@dataclass
+class JobConfig:
+    seed: int = 0
+    run_id: str = ""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    inference: InferenceConfig = field(default_factory=InferenceConfig)
+    orchestrator: OrchestratorConfig = field(default_factory=OrchestratorConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+
+
+_CHOICES = {
+    "inference.backend": {"builtin", "vllm"},
+    "model.arch": {"qwen3", "glm4_moe", "llama"},
+    "model.dtype": {"float32", "bfloat16", "float16"},
+    "trainer.backend": {"auto", "gloo", "nccl"},
+}
+
+
+def _coerce(key: str, tp: Any, value: Any) -> Any:
+    """Check one value against its annotated type; ints are accepted where floats are expected."""
+    origin = typing.get_origin(tp)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true/false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        (item,) = typing.get_args(tp)
+        return [_coerce(f"{key}[{i}]", item, v) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a table, got {value!r}")
+        return dict(value)
+    if origin in (typing.Union, types.UnionType):
+        raise ConfigError(f"{key}: unsupported union type")
+    raise ConfigError(f"{key}: unsupported type {tp!r}")
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if key not in names:
+            raise ConfigError(f"{dotted}: unknown key")
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{dotted}: expected a table, got {value!r}")
+            kwargs[key] = _build(typing.cast(type, tp), value, f"{dotted}.")
+        else:
+            kwargs[key] = _coerce(dotted, tp, value)
+    return cls(**kwargs)
+
+
+def _parse_override_value(raw: str) -> Any:
+    """Values are TOML literals (1e-4, true, "x", [1, 2]); a bare word is taken as a string."""
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def apply_override(data: dict[str, Any], override: str) -> None:
+    if "=" not in override:
+        raise ConfigError(f"override {override!r}: expected KEY=VALUE, e.g. trainer.lr=1e-4")
+    key, raw = override.split("=", 1)
+    key = key.strip()
+    parts = key.split(".")
+    if not key or any(not p for p in parts):
+        raise ConfigError(f"override {override!r}: malformed key")
+    node = data
+    for p in parts[:-1]:
+        nxt = node.setdefault(p, {})
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"{key}: {p} is not a table")
+        node = nxt
+    node[parts[-1]] = _parse_override_value(raw.strip())
+
+
+def validate(cfg: JobConfig) -> None:
+    """Cross-field and range checks; each error names its key."""
+    for key, allowed in _CHOICES.items():
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        if value not in allowed:
+            raise ConfigError(f"{key}: {value!r} is not one of {sorted(allowed)}")
+    positive = {
+        "sft.steps": cfg.sft.steps if cfg.sft.enabled else 1,
+        "sft.batch_size": cfg.sft.batch_size,
+        "sft.num_demos": cfg.sft.num_demos,
+        "inference.max_batch_size": cfg.inference.max_batch_size,
+        "inference.max_tokens": cfg.inference.max_tokens,
+        "orchestrator.batch_groups": cfg.orchestrator.batch_groups,
+        "orchestrator.micro_batch_tokens": cfg.orchestrator.micro_batch_tokens,
+        "trainer.steps": cfg.trainer.steps,
+        "trainer.world_size": cfg.trainer.world_size,
+        "trainer.checkpoint_every": cfg.trainer.checkpoint_every,
+        "trainer.keep_weights": cfg.trainer.keep_weights,
+        "trainer.threads": cfg.trainer.threads,
+        "inference.threads": cfg.inference.threads,
+        "orchestrator.threads": cfg.orchestrator.threads,
+        "model.hidden_size": cfg.model.hidden_size,
+        "model.num_hidden_layers": cfg.model.num_hidden_layers,
+    }
+    for key, value in positive.items():
+        if value <= 0:
+            raise ConfigError(f"{key}: must be > 0, got {value}")
+    if cfg.orchestrator.group_size < 2:
+        raise ConfigError("orchestrator.group_size: must be >= 2 (advantages are relative to the group)")
+    if cfg.orchestrator.async_level < 0:
+        raise ConfigError("orchestrator.async_level: must be >= 0")
+    if cfg.orchestrator.max_off_policy_steps < 0:
+        raise ConfigError("orchestrator.max_off_policy_steps: must be >= 0")
+    if cfg.orchestrator.eval_samples < 1:
+        raise ConfigError("orchestrator.eval_samples: must be >= 1")
+    if cfg.orchestrator.eval_temperature < 0:
+        raise ConfigError("orchestrator.eval_temperature: must be >= 0")
+    if cfg.orchestrator.eval_size < 0:
+        raise ConfigError("orchestrator.eval_size: must be >= 0")
+    for key, value in {"trainer.lr": cfg.trainer.lr, "sft.lr": cfg.sft.lr}.items():
+        if not value > 0:
+            raise ConfigError(f"{key}: must be > 0, got {value}")
+    if cfg.inference.temperature < 0:
+        raise ConfigError("inference.temperature: must be >= 0")
+    if not 0 < cfg.trainer.mask_ratio_low < 1 < cfg.trainer.mask_ratio_high:
+        raise ConfigError("trainer.mask_ratio_low/high: need 0 < low < 1 < high")
+    if len(cfg.trainer.betas) != 2 or not all(0 <= b < 1 for b in cfg.trainer.betas):
+        raise ConfigError("trainer.betas: need two numbers in [0, 1)")
+    if cfg.trainer.max_grad_norm <= 0:
+        raise ConfigError("trainer.max_grad_norm: must be > 0")
+    if not 0 <= cfg.inference.port < 65536 or not 0 <= cfg.metrics.port < 65536:
+        raise ConfigError("inference.port/metrics.port: must be in 0..65535")
+    if cfg.inference.backend == "vllm" and not cfg.model.path:
+        raise ConfigError("model.path: the vllm backend needs a checkpoint directory it can load")
+    if cfg.inference.backend == "vllm" and not cfg.inference.urls:
+        raise ConfigError("inference.urls: the vllm backend needs the servers' base URLs")
+    # Late import keeps this module free of the environments' dependencies at import time.
+    from training.envs import REGISTRY
+
+    if cfg.env.name not in REGISTRY:
+        raise ConfigError(f"env.name: {cfg.env.name!r} is not one of {sorted(REGISTRY)}")
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> JobConfig:
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            data = tomllib.loads(p.read_text())
+        except FileNotFoundError as exc:
+            raise ConfigError(f"config file {p}: not found") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {p}: {exc}") from exc
+    for ov in overrides:
+        apply_override(data, ov)
+    cfg = typing.cast(JobConfig, _build(JobConfig, data, ""))
+    validate(cfg)
+    return cfg
+
+
+def config_from_dict(data: dict[str, Any]) -> JobConfig:
+    cfg = typing.cast(JobConfig, _build(JobConfig, data, ""))
+    validate(cfg)
+    return cfg
+
+
+def to_dict(cfg: JobConfig) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # a JSON string is a valid TOML basic string
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def dump_toml(cfg: JobConfig) -> str:
+    """The resolved config as TOML that load_config reads back to an equal JobConfig."""
+    data = to_dict(cfg)
+    top = [f"{k} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    lines = [*top, ""]
+    for k, v in data.items():
+        if isinstance(v, dict):
+            lines.append(f"[{k}]")
+            lines.extend(f"{kk} = {_toml_value(vv)}" for kk, vv in v.items())
+            lines.append("")
+    return "\n".join(lines)

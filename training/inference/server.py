@@ -1,0 +1,218 @@
+"""HTTP front of the engine: the subset of vLLM's OpenAI-compatible API the orchestrator uses.
+
+GET  /health                 {"status": "ok", "version": N, "paused": bool}
+GET  /v1/models              the served model
+POST /v1/completions         prompt(s) as text or token ids, n, max_tokens, temperature, seed,
+                             logprobs, return_tokens_as_token_ids (vLLM's extension)
+POST /update_weights         {"weight_dir": DIR, "version": N}: load DIR/model.safetensors, then
+                             pause, swap, resume: in-flight requests continue
+POST /pause, POST /resume
+GET  /metrics                Prometheus exposition
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
+from safetensors.torch import load_file
+
+from training.inference.engine import Engine
+
+log = logging.getLogger("inference")
+
+
+class BadRequest(ValueError):
+    pass
+
+
+def _prompts(body: dict[str, Any], tokenizer: Any) -> list[list[int]]:
+    p = body.get("prompt")
+    if isinstance(p, str):
+        return [tokenizer.encode(p, add_special_tokens=False)]
+    if isinstance(p, list) and p and all(isinstance(x, int) for x in p):
+        return [list(p)]
+    if isinstance(p, list) and p and all(isinstance(x, str) for x in p):
+        return [tokenizer.encode(x, add_special_tokens=False) for x in p]
+    if (
+        isinstance(p, list)
+        and p
+        and all(isinstance(x, list) and x and all(isinstance(t, int) for t in x) for x in p)
+    ):
+        return [list(x) for x in p]
+    raise BadRequest("prompt must be a string, a list of strings, token ids or lists of token ids")
+
+
+class InferenceServer:
+    def __init__(
+        self, engine: Engine, tokenizer: Any, model_name: str, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.model_name = model_name
+        self.registry = CollectorRegistry()
+        self.m_requests = Counter("opsctl_inference_requests", "Completion requests", registry=self.registry)
+        self.m_tokens = Gauge("opsctl_inference_tokens_generated", "Tokens generated", registry=self.registry)
+        self.m_version = Gauge(
+            "opsctl_inference_policy_version", "Loaded policy version", registry=self.registry
+        )
+        self.m_update = Gauge(
+            "opsctl_inference_weight_update_seconds", "Last weight update pause", registry=self.registry
+        )
+        self.m_inflight = Gauge("opsctl_inference_in_flight", "Sequences in flight", registry=self.registry)
+        self._update_lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, fmt: str, *args: Any) -> None:
+                log.debug(fmt, *args)
+
+            def _send(self, code: int, payload: Any, ctype: str = "application/json") -> None:
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _body(self) -> dict[str, Any]:
+                n = int(self.headers.get("Content-Length") or 0)
+                try:
+                    body = json.loads(self.rfile.read(n) or b"{}")
+                except json.JSONDecodeError as exc:
+                    raise BadRequest(f"invalid JSON: {exc}") from None
+                if not isinstance(body, dict):
+                    raise BadRequest("body must be a JSON object")
+                return body
+
+            def do_GET(self) -> None:
+                if self.path == "/health":
+                    self._send(
+                        200,
+                        {"status": "ok", "version": server.engine.version, "paused": server.engine.paused},
+                    )
+                elif self.path == "/v1/models":
+                    self._send(
+                        200, {"object": "list", "data": [{"id": server.model_name, "object": "model"}]}
+                    )
+                elif self.path == "/metrics":
+                    server.m_tokens.set(server.engine.tokens_generated)
+                    server.m_inflight.set(server.engine.in_flight())
+                    server.m_version.set(server.engine.version)
+                    self._send(200, generate_latest(server.registry), CONTENT_TYPE_LATEST)
+                else:
+                    self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+            def do_POST(self) -> None:
+                try:
+                    body = self._body()
+                    if self.path == "/v1/completions":
+                        self._send(200, server.complete(body))
+                    elif self.path == "/update_weights":
+                        self._send(200, server.update_weights(body))
+                    elif self.path == "/pause":
+                        server.engine.pause()
+                        self._send(200, {"paused": True})
+                    elif self.path == "/resume":
+                        server.engine.resume()
+                        self._send(200, {"paused": False})
+                    else:
+                        self._send(404, {"error": {"message": f"no route {self.path}"}})
+                except BadRequest as exc:
+                    self._send(400, {"error": {"message": str(exc), "type": "BadRequestError"}})
+                except Exception as exc:
+                    log.exception("request failed")
+                    self._send(500, {"error": {"message": f"{type(exc).__name__}: {exc}"}})
+
+        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd.daemon_threads = True
+        self.port = int(self.httpd.server_address[1])
+
+    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        prompts = _prompts(body, self.tokenizer)
+        n = int(body.get("n", 1))
+        max_tokens = int(body.get("max_tokens", 16))
+        temperature = float(body.get("temperature", 1.0))
+        if n < 1 or max_tokens < 1 or temperature < 0:
+            raise BadRequest("n and max_tokens must be >= 1, temperature >= 0")
+        seed = body.get("seed")
+        as_ids = bool(body.get("return_tokens_as_token_ids", False))
+        want_lp = body.get("logprobs") is not None
+        self.m_requests.inc()
+        req = self.engine.submit(
+            prompts,
+            n=n,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            seed=None if seed is None else int(seed),
+        )
+        seqs = req.wait()
+        choices = []
+        for idx, s in enumerate(seqs):
+            toks = [f"token_id:{t}" if as_ids else self.tokenizer.decode([t]) for t in s.tokens]
+            choice: dict[str, Any] = {
+                "index": idx,
+                "text": self.tokenizer.decode(s.tokens, skip_special_tokens=True),
+                "finish_reason": s.finish_reason,
+                # Not in vLLM: the policy versions that produced this completion's tokens.
+                "policy_version": [min(s.versions), max(s.versions)],
+                "logprobs": None,
+            }
+            if want_lp:
+                choice["logprobs"] = {
+                    "tokens": toks,
+                    "token_logprobs": s.logprobs,
+                    "top_logprobs": None,
+                    "text_offset": None,
+                }
+            choices.append(choice)
+        n_prompt = sum(len(p) for p in prompts) * n
+        n_comp = sum(len(s.tokens) for s in seqs)
+        return {
+            "id": f"cmpl-{req.id}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": n_prompt,
+                "completion_tokens": n_comp,
+                "total_tokens": n_prompt + n_comp,
+            },
+        }
+
+    def update_weights(self, body: dict[str, Any]) -> dict[str, Any]:
+        weight_dir = body.get("weight_dir")
+        version = body.get("version")
+        if not isinstance(weight_dir, str) or not isinstance(version, int):
+            raise BadRequest("update_weights needs weight_dir (string) and version (integer)")
+        path = Path(weight_dir) / "model.safetensors"
+        if not (Path(weight_dir) / "STABLE").exists() or not path.exists():
+            raise BadRequest(f"{weight_dir} is not a committed weight directory")
+        with self._update_lock:
+            t0 = time.perf_counter()
+            state = load_file(str(path))  # read before pausing: generation only stops for the swap
+            paused_s = self.engine.update_weights(state, version)
+            self.m_update.set(paused_s)
+        return {"version": version, "paused_s": paused_s, "load_s": time.perf_counter() - t0}
+
+    def serve_forever(self) -> None:
+        self.httpd.serve_forever(poll_interval=0.2)
+
+    def start(self) -> threading.Thread:
+        t = threading.Thread(target=self.serve_forever, name="http", daemon=True)
+        t.start()
+        return t
+
+    def shutdown(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.engine.stop()

@@ -1,0 +1,76 @@
+"""Metrics from every component: a Prometheus /metrics endpoint and lines in metrics.jsonl."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from training.rundir import RunDir
+
+LAG_BUCKETS = (0, 1, 2, 3, 4, 6, 8, 16)
+
+
+class Metrics:
+    """Per-process sink. Lines are appended with one write() on an O_APPEND fd, so the processes
+    of a run can share one metrics.jsonl without interleaving lines."""
+
+    def __init__(self, run: RunDir, component: str, port: int | None = 0, host: str = "127.0.0.1") -> None:
+        self.component = component
+        self.registry = CollectorRegistry()
+        self._gauges: dict[str, Gauge] = {}
+        self._counters: dict[str, Counter] = {}
+        self.lag = Histogram(
+            "opsctl_train_off_policy_lag_steps",
+            "Policy versions between generation and use",
+            registry=self.registry,
+            buckets=LAG_BUCKETS,
+        )
+        self._fd = os.open(run.metrics, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.port: int | None = None
+        self._server: Any = None
+        if port is not None:
+            self._server, _thread = start_http_server(port, addr=host, registry=self.registry)
+            self.port = int(self._server.server_port)
+            run.announce(
+                f"metrics-{component}", {"url": f"http://{host}:{self.port}/metrics", "pid": os.getpid()}
+            )
+
+    def gauge(self, name: str, value: float, doc: str = "") -> None:
+        g = self._gauges.get(name)
+        if g is None:
+            g = self._gauges[name] = Gauge(
+                f"opsctl_train_{name}", doc or name, ["component"], registry=self.registry
+            )
+        g.labels(self.component).set(value)
+
+    def count(self, name: str, inc: float = 1.0, doc: str = "") -> None:
+        c = self._counters.get(name)
+        if c is None:
+            c = self._counters[name] = Counter(
+                f"opsctl_train_{name}", doc or name, ["component"], registry=self.registry
+            )
+        c.labels(self.component).inc(inc)
+
+    def log(self, record: dict[str, Any]) -> None:
+        line = {"time": round(time.time(), 3), "component": self.component, **record}
+        os.write(self._fd, (json.dumps(line, sort_keys=True) + "\n").encode())
+        for k, v in record.items():
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                self.gauge(k, float(v))
+
+    def close(self) -> None:
+        os.close(self._fd)
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -1,0 +1,405 @@
+"""Orchestrator process: rollouts in, trainer batches out.
+
+    python -m training.orchestrator --run-dir RUN_DIR [--resume-step N]
+
+Three threads share one lock:
+- the weight watcher pushes every newly committed weights/step_V to the inference servers as soon
+  as it appears (the servers pause, swap and resume without dropping in-flight requests);
+- the producer draws tasks, waits until the servers hold a policy at most `async_level` versions
+  older than the batch the groups will land in, requests `group_size` completions per task, scores
+  them with the environment's rubric and appends the groups to a buffer;
+- the main thread builds batch s from the buffer, dropping (and re-queueing) groups whose policy is
+  more than `max_off_policy_steps` behind s, computes group-relative advantages, packs micro-batches
+  per trainer rank and publishes rollouts/step_s with a STABLE marker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import threading
+import time
+import zlib
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from training.common import seed_all, set_threads
+from training.config import JobConfig, load_config
+from training.envs import Environment, load_environment
+from training.fsutil import COMMITTED, STABLE, latest_step, publish_dir, step_dirs
+from training.inference.client import Completion, OpenAICompatClient
+from training.metrics import Metrics
+from training.model import load_tokenizer
+from training.orchestrator.batch import (
+    Rollout,
+    RolloutGroup,
+    TaskSampler,
+    collate,
+    group_advantages,
+    off_policy_lag,
+    pack,
+    shard,
+    to_samples,
+)
+from training.rundir import RunDir
+
+log = logging.getLogger("orchestrator")
+
+
+def inference_clients(run: RunDir, cfg: JobConfig, count: int) -> list[OpenAICompatClient]:
+    urls = list(cfg.inference.urls) or [run.discover(f"inference-{i}")["url"] for i in range(count)]
+    return [OpenAICompatClient(u, update_weights_path=cfg.inference.update_weights_path) for u in urls]
+
+
+class Orchestrator:
+    def __init__(
+        self,
+        run: RunDir,
+        cfg: JobConfig,
+        clients: list[OpenAICompatClient],
+        env: Environment,
+        tokenizer: Any,
+        metrics: Metrics,
+        start_step: int = 0,
+    ) -> None:
+        self.run, self.cfg, self.clients, self.env = run, cfg, clients, env
+        self.tok = tokenizer
+        self.metrics = metrics
+        self.oc = cfg.orchestrator
+        self.sampler = TaskSampler(len(env.dataset), cfg.seed)
+        self.consumed: list[str] = []
+        self.dropped_total = 0
+        self.step = start_step
+        self.taken = start_step  # batches taken from the buffer (step is bumped after publishing)
+        self.loaded_version = 0
+        self.last_update_s = 0.0
+        self.buffer: list[RolloutGroup] = []
+        self.in_flight: list[int] = []
+        self.cv = threading.Condition()
+        self.done = False
+        self.error: BaseException | None = None
+        self.pool = ThreadPoolExecutor(max_workers=max(1, len(clients)))
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        with self.cv:
+            state = self.sampler.state_dict()
+            # Drawn but not yet trained on: handed back first on resume, so nothing is skipped.
+            pending = [g.task_index for g in self.buffer] + list(self.in_flight)
+            state["requeued"] = pending + state["requeued"]
+            return {
+                "step": self.step,
+                "sampler": state,
+                "consumed": list(self.consumed),
+                "dropped_total": self.dropped_total,
+            }
+
+    def save_checkpoint(self) -> None:
+        state = self.state_dict()
+        publish_dir(
+            self.run.step(self.run.ckpt("orchestrator"), self.step),
+            lambda tmp: torch.save(state, tmp / "state.pt"),
+            COMMITTED,
+            {"step": self.step},
+        )
+
+    def load_checkpoint(self, step: int) -> None:
+        state = torch.load(
+            self.run.step(self.run.ckpt("orchestrator"), step) / "state.pt", weights_only=False
+        )
+        self.sampler.load_state_dict(state["sampler"])
+        self.consumed = list(state["consumed"])
+        self.dropped_total = int(state["dropped_total"])
+        self.step = self.taken = int(state["step"])
+
+    # -- generation -----------------------------------------------------------------------------
+    def _prompt_ids(self, prompt: str) -> list[int]:
+        return [self.tok.bos_token_id, *self.tok.encode(prompt, add_special_tokens=False)]
+
+    def generate(
+        self, indices: list[int], n: int, temperature: float, seed: int, dataset: Any = None
+    ) -> list[tuple[int, list[Completion]]]:
+        data = dataset if dataset is not None else self.env.dataset
+        prompts = [self._prompt_ids(data[i].prompt) for i in indices]
+        # Split the prompts across the servers; each server gets one request.
+        parts = [list(range(k, len(prompts), len(self.clients))) for k in range(len(self.clients))]
+        futures = [
+            self.pool.submit(
+                c.complete,
+                [prompts[i] for i in part],
+                n,
+                self.cfg.inference.max_tokens,
+                temperature,
+                seed + k,
+            )
+            for k, (c, part) in enumerate(zip(self.clients, parts, strict=True))
+            if part
+        ]
+        out: dict[int, list[Completion]] = {}
+        for part, fut in zip([p for p in parts if p], futures, strict=True):
+            for i, comps in zip(part, fut.result(), strict=True):
+                out[i] = comps
+        return [(indices[i], out[i]) for i in range(len(indices))]
+
+    def score(self, index: int, comps: list[Completion], fallback_version: int) -> RolloutGroup:
+        task = self.env.dataset[index]
+        prompt = self._prompt_ids(task.prompt)
+        rollouts = []
+        for c in comps:
+            text = self.tok.decode(c.tokens, skip_special_tokens=True)
+            reward, _parts = self.env.rubric.score(text, task, self.env.parser)
+            version = c.versions[0] if c.versions else fallback_version
+            rollouts.append(Rollout(prompt, c.tokens, c.logprobs, reward, version))
+        for r, a in zip(
+            rollouts, group_advantages([r.reward for r in rollouts], self.oc.normalize_adv_std), strict=True
+        ):
+            r.advantage = a
+        return RolloutGroup(task.id, index, rollouts)
+
+    # -- threads --------------------------------------------------------------------------------
+    def _guard(self, fn: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                fn()
+            except BaseException as exc:
+                log.exception("thread failed")
+                with self.cv:
+                    self.error = exc
+                    self.cv.notify_all()
+
+        return run
+
+    def weight_watcher(self) -> None:
+        while not self.done:
+            latest = latest_step(self.run.weights)
+            if latest is not None and latest > self.loaded_version:
+                path = str(self.run.step(self.run.weights, latest))
+                t0 = time.perf_counter()
+                futures = [self.pool.submit(c.update_weights, path, latest) for c in self.clients]
+                for f in futures:
+                    f.result()
+                with self.cv:
+                    self.loaded_version = latest
+                    self.last_update_s = time.perf_counter() - t0
+                    self.cv.notify_all()
+                log.info("inference now at policy version %d", latest)
+            time.sleep(0.02)
+
+    def producer(self) -> None:
+        oc = self.oc
+        while True:
+            with self.cv:
+                # The batch these groups will most likely land in, and the oldest policy allowed for it.
+                while True:
+                    if self.done or self.error:
+                        return
+                    target = self.taken + len(self.buffer) // oc.batch_groups
+                    if (
+                        self.loaded_version >= target - oc.async_level
+                        and len(self.buffer) < (oc.async_level + 1) * oc.batch_groups
+                    ):
+                        break
+                    self.cv.wait(timeout=0.5)
+                indices = self.sampler.draw(oc.batch_groups)
+                self.in_flight = list(indices)
+                version = self.loaded_version
+            seed = zlib.crc32(f"{self.cfg.seed}:{target}:{indices}".encode())
+            results = self.generate(indices, oc.group_size, self.cfg.inference.temperature, seed)
+            groups = [self.score(i, comps, version) for i, comps in results]
+            for g in groups:
+                g.target, g.start_version = target, version
+            with self.cv:
+                self.buffer.extend(groups)
+                self.in_flight = []
+                self.cv.notify_all()
+
+    def take_batch(self) -> tuple[list[RolloutGroup], list[int], int]:
+        """Block until batch_groups fresh groups are buffered; stale ones are dropped and re-queued."""
+        oc = self.oc
+        used: list[RolloutGroup] = []
+        dropped = 0
+        with self.cv:
+            while len(used) < oc.batch_groups:
+                if self.error:
+                    raise RuntimeError("orchestrator thread failed") from self.error
+                if not self.buffer:
+                    self.cv.wait(timeout=0.5)
+                    continue
+                g = self.buffer.pop(0)
+                if off_policy_lag(self.step, g) > oc.max_off_policy_steps:
+                    self.sampler.give_back([g.task_index])
+                    dropped += 1
+                else:
+                    used.append(g)
+            self.dropped_total += dropped
+            self.taken = self.step + 1
+            lags = [off_policy_lag(self.step, g) for g in used]
+            self.consumed.extend(g.task_id for g in used)
+            self.cv.notify_all()
+        return used, lags, dropped
+
+    # -- batches --------------------------------------------------------------------------------
+    def publish(self, step: int, groups: list[RolloutGroup]) -> int:
+        micro = pack(to_samples(groups), self.oc.micro_batch_tokens)
+        ranks = shard(micro, self.cfg.trainer.world_size)
+        loss_tokens = sum(len(r.completion) for g in groups for r in g.rollouts)
+        pad = self.tok.pad_token_id
+
+        def fill(tmp: Path) -> None:
+            for r, mbs in enumerate(ranks):
+                torch.save(
+                    {
+                        "step": step,
+                        "loss_tokens": loss_tokens,
+                        "micro_batches": [collate(mb, pad) for mb in mbs],
+                    },
+                    tmp / f"rank_{r}.pt",
+                )
+
+        publish_dir(
+            self.run.step(self.run.rollouts, step),
+            fill,
+            STABLE,
+            {"step": step, "groups": [g.task_id for g in groups]},
+        )
+        return loss_tokens
+
+    def evaluate(self, tag_step: int) -> float:
+        """Held-out accuracy: mean exact-answer rate over eval_samples completions per task, at
+        eval_temperature (0 = greedy)."""
+        data = self.env.eval_dataset[: self.oc.eval_size]
+        if not data:
+            return float("nan")
+        n = self.oc.eval_samples
+        results = self.generate(
+            list(range(len(data))), n, self.oc.eval_temperature, self.cfg.seed + 17, dataset=data
+        )
+        correct = 0
+        for i, comps in results:
+            for c in comps:
+                text = self.tok.decode(c.tokens, skip_special_tokens=True)
+                correct += int(self.env.parser.parse_answer(text) == data[i].answer)
+        acc = correct / (len(data) * n)
+        self.metrics.log(
+            {
+                "event": "eval",
+                "step": tag_step,
+                "policy_version": self.loaded_version,
+                "eval_accuracy": acc,
+                "eval_size": len(data),
+                "eval_samples": n,
+                "eval_temperature": self.oc.eval_temperature,
+                "env": self.env.name,
+            }
+        )
+        log.info("eval at step %d (policy %d): accuracy %.3f", tag_step, self.loaded_version, acc)
+        return acc
+
+    def wait_version(self, version: int) -> None:
+        with self.cv:
+            while self.loaded_version < version:
+                if self.error:
+                    raise RuntimeError("orchestrator thread failed") from self.error
+                self.cv.wait(timeout=0.5)
+
+    def run_loop(self, resume: bool) -> None:
+        oc, tc = self.oc, self.cfg.trainer
+        threads = [threading.Thread(target=self._guard(self.weight_watcher), name="weights", daemon=True)]
+        threads[0].start()
+        if not resume and oc.eval_size:
+            self.evaluate(0)
+        threads.append(threading.Thread(target=self._guard(self.producer), name="producer", daemon=True))
+        threads[1].start()
+        start = self.step
+        t_prev = time.perf_counter()
+        while self.step < tc.steps:
+            if self.step > start and self.step % tc.checkpoint_every == 0:
+                self.save_checkpoint()
+            groups, lags, dropped = self.take_batch()
+            loss_tokens = self.publish(self.step, groups)
+            now = time.perf_counter()
+            rewards = [r for g in groups for r in g.rewards]
+            n_roll = len(rewards)
+            hist = Counter(lags)
+            for lag in lags:
+                self.metrics.lag.observe(lag)
+            self.metrics.count("stale_groups_dropped", dropped)
+            rec: dict[str, Any] = {
+                "step": self.step,
+                "env": self.env.name,
+                f"reward_mean_{self.env.name}": statistics.fmean(rewards),
+                f"reward_std_{self.env.name}": statistics.pstdev(rewards),
+                "rollouts": n_roll,
+                "rollouts_per_s": n_roll / max(now - t_prev, 1e-9),
+                "step_time": now - t_prev,
+                "completion_tokens": loss_tokens,
+                "off_policy_lag_hist": {str(k): v for k, v in sorted(hist.items())},
+                "off_policy_lag_max": max(lags),
+                "dropped_groups": dropped,
+                # How far behind the batch it was requested for the policy was when generation began:
+                # async_level bounds this.
+                "async_gap_max": max(g.target - g.start_version for g in groups),
+                "dropped_groups_total": self.dropped_total,
+                "policy_version": self.loaded_version,
+                "weight_update_time": self.last_update_s,
+            }
+            self.metrics.log(rec)
+            t_prev = now
+            with self.cv:
+                self.step += 1
+                self.cv.notify_all()
+        with self.cv:
+            self.done = True
+            self.cv.notify_all()
+        threads[1].join(timeout=600)
+        if oc.eval_at_end and oc.eval_size:
+            self.done = False  # the watcher must still deliver the final policy
+            watcher = threading.Thread(
+                target=self._guard(self.weight_watcher), name="weights-final", daemon=True
+            )
+            watcher.start()
+            self.wait_version(tc.steps)
+            self.evaluate(tc.steps)
+            self.done = True
+            watcher.join(timeout=10)
+        threads[0].join(timeout=10)
+        self.pool.shutdown()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="training.orchestrator")
+    ap.add_argument("--run-dir", required=True)
+    ap.add_argument("--config", default=None)
+    ap.add_argument("--resume-step", type=int, default=None)
+    ap.add_argument("--inference-servers", type=int, default=1)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s orchestrator %(levelname)s %(message)s")
+    run = RunDir(Path(args.run_dir))
+    cfg = load_config(args.config or run.config)
+    set_threads(cfg.orchestrator.threads)
+    seed_all(cfg.seed)
+    env = load_environment(cfg.env.name, **cfg.env.kwargs)
+    tokenizer = load_tokenizer(run.initial_model(cfg))
+    clients = inference_clients(run, cfg, args.inference_servers)
+    for c in clients:
+        c.wait_ready()
+    metrics = Metrics(run, "orchestrator", port=cfg.metrics.port if cfg.metrics.enabled else None)
+    orch = Orchestrator(run, cfg, clients, env, tokenizer, metrics)
+    if args.resume_step:
+        if args.resume_step not in step_dirs(run.ckpt("orchestrator"), COMMITTED):
+            raise SystemExit(f"training.orchestrator: no committed checkpoint for step {args.resume_step}")
+        orch.load_checkpoint(args.resume_step)
+        log.info("resumed at step %d (%d tasks consumed)", orch.step, len(orch.consumed))
+    orch.run_loop(resume=bool(args.resume_step))
+    metrics.close()
+    log.info("done")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""SFT stage: teach the answer format on a few task demonstrations; RL starts from its output.
+
+python -m training.sft --run-dir RUN_DIR
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from training.common import parse_args, seed_all, set_threads
+from training.config import JobConfig
+from training.envs import Environment, load_environment
+from training.fsutil import STABLE, is_committed, publish_dir
+from training.metrics import Metrics
+from training.model import create_tiny_model, load_model, load_tokenizer
+from training.rundir import RunDir
+
+log = logging.getLogger("sft")
+
+
+def ensure_base_model(run: RunDir, cfg: JobConfig) -> Path:
+    if cfg.model.path:
+        return Path(cfg.model.path)
+    if not is_committed(run.base_model):
+
+        def fill(tmp: Path) -> None:
+            create_tiny_model(cfg.model, tmp, cfg.seed)
+
+        publish_dir(run.base_model, fill)
+    return run.base_model
+
+
+def demo_batch(env: Environment, tokenizer: object, tasks: list, device: str) -> tuple[torch.Tensor, ...]:
+    """Right-padded [bos] prompt answer stop; the loss mask covers the answer and stop only."""
+    rows, masks = [], []
+    for t in tasks:
+        p = tokenizer.encode(t.prompt, add_special_tokens=False)  # type: ignore[attr-defined]
+        a = tokenizer.encode(env.demonstration(t), add_special_tokens=False)  # type: ignore[attr-defined]
+        rows.append([tokenizer.bos_token_id, *p, *a])  # type: ignore[attr-defined]
+        masks.append([0] * (1 + len(p)) + [1] * len(a))
+    width = max(len(r) for r in rows)
+    pad = tokenizer.pad_token_id  # type: ignore[attr-defined]
+    ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=device)
+    attn = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=device)
+    loss_mask = torch.tensor([m + [0] * (width - len(m)) for m in masks], device=device, dtype=torch.float32)
+    return ids, attn, loss_mask
+
+
+def run_sft(run: RunDir, cfg: JobConfig) -> Path:
+    if not cfg.sft.enabled:
+        return ensure_base_model(run, cfg)
+    if is_committed(run.sft_final):
+        log.info("SFT checkpoint %s already committed; skipping", run.sft_final)
+        return run.sft_final
+    set_threads(cfg.trainer.threads)
+    seed_all(cfg.seed)
+    base = ensure_base_model(run, cfg)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = load_model(base, cfg.model.dtype, device)
+    tokenizer = load_tokenizer(base)
+    env = load_environment(cfg.env.name, **cfg.env.kwargs)
+    rng = random.Random(cfg.seed)
+    demos = list(env.dataset)
+    rng.shuffle(demos)
+    demos = demos[: cfg.sft.num_demos]
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.sft.lr, weight_decay=cfg.sft.weight_decay)
+    warm = max(1, cfg.sft.warmup_steps)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / cfg.sft.steps)))
+    )
+    metrics = Metrics(run, "sft", port=None)
+    model.train()
+    order: list = []
+    for step in range(cfg.sft.steps):
+        t0 = time.perf_counter()
+        if len(order) < cfg.sft.batch_size:
+            extra = list(demos)
+            rng.shuffle(extra)
+            order.extend(extra)
+        batch, order = order[: cfg.sft.batch_size], order[cfg.sft.batch_size :]
+        ids, attn, mask = demo_batch(env, tokenizer, batch, device)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits[:, :-1].float()
+        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+        loss = (nll * mask[:, 1:]).sum() / mask[:, 1:].sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.trainer.max_grad_norm)
+        opt.step()
+        sched.step()
+        if step % 10 == 0 or step == cfg.sft.steps - 1:
+            metrics.log(
+                {
+                    "stage": "sft",
+                    "step": step,
+                    "loss": round(loss.item(), 5),
+                    "grad_norm": round(float(gnorm), 5),
+                    "step_time": round(time.perf_counter() - t0, 4),
+                }
+            )
+    model.eval()
+
+    def fill(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+    publish_dir(run.sft_final, fill, STABLE, {"steps": cfg.sft.steps, "demos": len(demos)})
+    metrics.close()
+    log.info("SFT done: %s", run.sft_final)
+    return run.sft_final
+
+
+def main(argv: list[str] | None = None) -> None:
+    run, cfg = parse_args("training.sft", argv)
+    run_sft(run, cfg)
+
+
+if __name__ == "__main__":
+    main()
