@@ -95,3 +95,9 @@ def start_slurmd(node: str, state_dir: str | None) -> None:
 
     SimCluster(state_dir=state_dir).start_slurmd(node)
     click.echo(f"started slurmd of {node}")
+
+
+# Fault drills on the simulated hardware (opsctl/cli/sim_faults.py, owned by hwsim).
+from opsctl.cli.sim_faults import register as _register_faults  # noqa: E402
+
+_register_faults(sim)
