@@ -24,7 +24,12 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from opsctl.hwsim.render_dcgm import diag_failed, render_dcgmi_diag, render_dcgmi_health
+from opsctl.hwsim.render_dcgm import (
+    diag_failed,
+    render_dcgmi_diag,
+    render_dcgmi_health,
+    render_dcgmi_link_status,
+)
 from opsctl.hwsim.render_dmesg import render_dmesg
 from opsctl.hwsim.render_ib import UnknownDevice, render_ibstat, render_perfquery_x, write_sysfs_tree
 from opsctl.hwsim.render_nvidia_smi import (
@@ -100,8 +105,9 @@ def ibstat(argv: Sequence[str]) -> str:
     try:
         return render_ibstat(_state(args.state), args.ca)
     except UnknownDevice:
-        raise ToolError(f"ibpanic: [1] main: stat of IB device '{args.ca}' failed: No such file or directory",
-                        255) from None
+        raise ToolError(
+            f"ibpanic: [1] main: stat of IB device '{args.ca}' failed: No such file or directory", 255
+        ) from None
 
 
 def perfquery(argv: Sequence[str]) -> str:
@@ -132,8 +138,14 @@ def dcgmi(argv: Sequence[str]) -> str:
     health.add_argument("-c", "--check", action="store_true")
     health.add_argument("-j", "--json", action="store_true")
     health.add_argument("-g", "--group", default="0")
+    nvlink = sub.add_parser("nvlink", parents=[common])
+    nvlink.add_argument("-s", "--link-status", action="store_true")
     args = ap.parse_args(argv)
     state = _state(args.state)
+    if args.command == "nvlink":
+        if not args.link_status:
+            raise ToolError("simulated dcgmi nvlink supports only --link-status", 2)
+        return render_dcgmi_link_status(state)
     if not args.json:
         raise ToolError("simulated dcgmi prints JSON only: add -j", 2)
     if args.command == "health":

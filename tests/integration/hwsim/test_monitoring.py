@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 import tomllib
 import urllib.parse
@@ -87,6 +88,18 @@ def test_eight_nodes_faults_and_clean_down(make_sim: Callable[[int], SimCluster]
     assert load(state_path(monitoring.hw_dir(sim), "gpu-002")).slurmd_up is False
     monitoring.heal(sim, "gpu-002")
     assert sim.slurmd_running("gpu-002")
+
+    # The CLI, as an operator runs a drill: `opsctl sim inject NODE FAULT`.
+    done = subprocess.run(
+        [sys.executable, "-m", "opsctl", "sim", "inject", "gpu-004", "ib_down=mlx5_1", "--state-dir",
+         str(sim.state_dir)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    ib_down = 'node_infiniband_state_id{node="gpu-004"} == 1'
+    hits = eventually(lambda: query(url, ib_down), "mlx5_1 of gpu-004 down in Prometheus")
+    assert [r["metric"]["device"] for r in hits] == ["mlx5_1"]
+    assert len(query(url, "node_infiniband_state_id == 1")) == 1
 
     # Bad input changes nothing.
     with pytest.raises(UsageError):
