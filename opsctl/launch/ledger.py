@@ -103,7 +103,8 @@ def read_attempts(run_dir: Path) -> dict[int, dict[str, Any]]:
     folder = run_dir / "attempts"
     if not folder.is_dir():
         return out
-    for path in sorted(folder.glob("*.json")):
+    # Start records (<n>.json) first, then end records (<n>.end.json) on top of them.
+    for path in sorted(folder.glob("*.json"), key=lambda p: (p.name.endswith(".end.json"), p.name)):
         stem = path.name.split(".")[0]
         if not stem.isdigit():
             continue
