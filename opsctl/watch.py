@@ -132,6 +132,7 @@ class Watcher:
         self.partition = partition
         self.ledger = load_ledger(run_dir)
         self.handled: set[tuple[int, str]] = set()  # (attempt, node) already remediated
+        self._ended_at: dict[int, float] = {}  # attempt -> when its job was first seen ended
 
     @property
     def job_id(self) -> int:
@@ -178,8 +179,9 @@ class Watcher:
         job = self._job()
         attempt = self._sync_attempts(job)
         names = list(job.nodes) if job and job.nodes and not job.finished else []
-        if not names and self.ledger.attempts and job is not None and job.state == "NODE_FAIL":
-            names = self.ledger.attempts[-1].nodes
+        if not names and job is not None and job.state != "COMPLETED" and self.ledger.attempts:
+            # An ended attempt: were its nodes the cause? (A dead node ends the job first.)
+            names = list(self.ledger.attempts[-1].nodes)
         views: list[NodeView] = []
         if names:
             health = self.health(names) if self.health else {}
@@ -230,9 +232,16 @@ class Watcher:
         elif job.state == "COMPLETED":
             self.ledger.final_state = "COMPLETED"
             snap.events.append(f"run finished at step {snap.step} after {snap.attempt + 1} attempt(s)")
-        elif job.state in FAILED_STATES and not (self.remediate and job.state == "NODE_FAIL"):
-            self.ledger.final_state = job.state
-            snap.events.append(f"job {self.job_id} ended {job.state}; last checkpoint {snap.last_checkpoint}")
+        elif job.state in FAILED_STATES:
+            # With --remediate, a job that ended while one of its nodes is still being declared
+            # dead (SlurmdTimeout) gets failure_grace_s before the run counts as failed.
+            first_seen = self._ended_at.setdefault(snap.attempt, time.monotonic())
+            if not self.remediate or time.monotonic() - first_seen >= self.settings.failure_grace_s:
+                self.ledger.final_state = job.state
+                snap.events.append(
+                    f"job {self.job_id} ended {job.state}; last checkpoint {snap.last_checkpoint}")
+            else:
+                snap.events.append(f"job {self.job_id} ended {job.state}; checking its nodes")
         for v in snap.nodes:
             if v.failed and not self.remediate:
                 snap.events.append(f"{v.name} failed ({v.failed}); --remediate would drain and requeue")

@@ -44,6 +44,9 @@ class LaunchSection:
     health_source: str = "prometheus"
     exclude_unknown: bool = True  # a node whose health cannot be judged is not used
     poll_s: float = 5.0  # watch refresh
+    # watch --remediate: how long a job that ended FAILED is held while its nodes are re-checked
+    # (a node is declared dead only after SlurmdTimeout); keep it above SlurmdTimeout.
+    failure_grace_s: float = 120.0
 
     def validate(self) -> None:
         if self.nodes < 2:
@@ -57,6 +60,8 @@ class LaunchSection:
             raise ValueError("signal_before_s/checkpoint_grace_s: must be >= 0")
         if self.health_source not in HEALTH_SOURCES:
             raise ValueError(f"health_source: must be one of {', '.join(HEALTH_SOURCES)}")
+        if self.failure_grace_s < 0:
+            raise ValueError("failure_grace_s: must be >= 0")
         if self.poll_s <= 0:
             raise ValueError("poll_s: must be > 0")
         for hca in self.ib_hcas:
