@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from opsctl.errors import OpsctlError, UsageError
-from opsctl.launch.ledger import Attempt, Ledger, Remediation, find_run, load_ledger, read_attempts
+from opsctl.launch.ledger import Attempt, Remediation, find_run, load_ledger, read_attempts
 from opsctl.launch.quarantine import Quarantine
 from opsctl.launch.settings import LaunchSection
 from opsctl.model import Job, Node
@@ -274,17 +274,24 @@ class Watcher:
         self._note(snap, now, fold(names), "node failure", "requeued", detail)
 
     def _exclusions(self, quarantine: Quarantine) -> list[str]:
-        known = {n.name for n in self.backend.nodes(None)}
-        return sorted((quarantine.nodes | set(self.ledger.excluded)) & known)
+        """Quarantined nodes Slurm could still schedule (not drained, not down): a drain the
+        guardrails refused leaves such a node in service, and only ExcNodeList keeps the run off it."""
+        wanted = quarantine.nodes | set(self.ledger.excluded)
+        return sorted(n.name for n in self.backend.nodes(None) if n.name in wanted and not n.out_of_service)
 
     def _requeue(self, exclude: list[str]) -> str:
-        """Requeue the job (running or ended) and keep it off the excluded nodes."""
+        """Requeue the job (running or ended); drained nodes are never scheduled again.
+
+        ExcNodeList is updated only for nodes still in service: on Slurm 22.05, updating it on a
+        requeued job that requests GPUs loses the job's GPU allocation (its next steps fail with
+        "Invalid generic resource (gres) specification"), verified on the simulated cluster."""
         job = self._job()
         if job is not None and job.state not in {"PENDING", "REQUEUED", "REQUEUE_HOLD"}:
             self.backend.requeue(self.job_id)
         if exclude:
             _scontrol(self.backend, ["update", f"JobId={self.job_id}", f"ExcNodeList={fold(exclude)}"])
-        return f"job {self.job_id} requeued excluding {fold(exclude) or 'nothing'}"
+            return f"job {self.job_id} requeued, ExcNodeList={fold(exclude)}"
+        return f"job {self.job_id} requeued; failed nodes drained"
 
     def _give_up(self, snap: Snapshot, failed: list[NodeView], now: float) -> None:
         job = self._job()
@@ -342,4 +349,5 @@ def make_watcher(config_path: str | None, run: str, remediate: bool) -> Watcher:
             return health_exclusions(ctx, names)
 
     return Watcher(run_dir, ctx.backend, ctx.settings, remediate=remediate,
-                   drain=guarded.drain if guarded else None, health=health, partition=ctx.partition)
+                   drain=guarded.drain if guarded else None, health=health,
+                   partition=ctx.partition)

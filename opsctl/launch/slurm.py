@@ -296,7 +296,8 @@ def submit(ctx: LaunchContext, plan: LaunchPlan) -> Submitted:
 def describe(plan: LaunchPlan) -> str:
     lines = [
         f"# run {plan.run_id} in {plan.run_dir}",
-        f"# {plan.nodes} nodes: {plan.inference_nodes} inference, {plan.nodes - plan.inference_nodes} trainer",
+        f"# {plan.nodes} nodes: {plan.inference_nodes} inference, "
+        f"{plan.nodes - plan.inference_nodes} trainer",
     ]
     if plan.excluded:
         lines.append(f"# excluded: {'; '.join(f'{k} ({v})' for k, v in plan.excluded.items())}")

@@ -57,8 +57,11 @@ class LaunchEnv:
     def env(self) -> dict[str, str]:
         return {**self.sim.env, "OPSCTL_CONFIG": str(self.config)}
 
+    def opsctl_argv(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "opsctl", *args]
+
     def opsctl(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "opsctl", *args], capture_output=True, text=True,
+        return subprocess.run(self.opsctl_argv(*args), capture_output=True, text=True,
                               env=self.env, cwd=ROOT, timeout=timeout, check=False)
 
     def launch(self, run_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -88,17 +91,9 @@ def read_updates(log: Path) -> list[dict[str, Any]]:
     return out
 
 
-@pytest.fixture(scope="module")
-def launch_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchEnv]:
-    for tool in ("munged", "slurmctld", "slurmd", "sbatch"):
-        if not any((Path(p) / tool).exists() for p in os.environ.get("PATH", "").split(":")):
-            pytest.fail(f"launch integration tests need Slurm and munge ({tool} missing)", pytrace=False)
-    root = tmp_path_factory.mktemp("lsim")
-    sim = LaunchSim(nodes=4, state_dir=root / "s", slurmd_timeout=10)
-    try:
-        sim.up()
-        config = root / "opsctl.toml"
-        config.write_text(sim.config_path.read_text() + f"""
+def launch_toml(root: Path) -> str:
+    """The [launch] section for a run on the sim: 2 nodes (1 inference, 1 trainer rank)."""
+    return f"""
 [launch]
 runs_dir = "{root / 'runs'}"
 quarantine_file = "{root / 'quarantine.json'}"
@@ -115,7 +110,20 @@ ib_sysfs = "{root / 'no-ib'}"
 poll_s = 1.0
 failure_grace_s = 30.0
 max_attempts = 3
-""")
+"""
+
+
+@pytest.fixture(scope="module")
+def launch_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchEnv]:
+    for tool in ("munged", "slurmctld", "slurmd", "sbatch"):
+        if not any((Path(p) / tool).exists() for p in os.environ.get("PATH", "").split(":")):
+            pytest.fail(f"launch integration tests need Slurm and munge ({tool} missing)", pytrace=False)
+    root = tmp_path_factory.mktemp("lsim")
+    sim = LaunchSim(nodes=4, state_dir=root / "s", slurmd_timeout=10)
+    try:
+        sim.up()
+        config = root / "opsctl.toml"
+        config.write_text(sim.config_path.read_text() + launch_toml(root))
         yield LaunchEnv(sim, root, config)
     finally:
         sim.down()

@@ -8,6 +8,7 @@ carries SLURMD_NODENAME) and their slurmstepd (whose parent tree leads to nothin
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from pathlib import Path
@@ -66,8 +67,6 @@ def kill_node(sim: SimCluster, node: str) -> list[int]:
     sim.stop_slurmd(node)
     pids = node_pids(node, str(sim.slurm_conf))
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     return pids

@@ -47,19 +47,20 @@ def test_drained_quarantined_and_unhealthy_nodes_are_excluded(production: Launch
 def test_refused_with_reasons_when_too_few_usable_nodes(production: LaunchSection) -> None:
     nodes = partition(65)
     nodes[9].flags = {"DRAIN"}
-    with pytest.raises(Refused, match=r"64 nodes needed, 63 of 65 .*gpu-010 \(drained\).*gpu-011 \(quarantined\)"):
+    expected = r"64 nodes needed, 63 of 65 .*gpu-010 \(drained\).*gpu-011 \(quarantined\)"
+    with pytest.raises(Refused, match=expected):
         plan_layout(production, job(), nodes, {"gpu-011"}, {}, run_id="r1", run_dir=RUN)
 
 
 def test_more_nodes_than_the_partition_has(production: LaunchSection) -> None:
-    with pytest.raises(UsageError, match="asked for 64 nodes but partition gpu has only 4"):
+    with pytest.raises(UsageError, match=r"asked for 64 nodes but partition gpu has only 4"):
         plan_layout(production, job(), partition(4), set(), {}, run_id="r1", run_dir=RUN,
                     partition="gpu")
 
 
 @pytest.mark.parametrize("m", [0, 4, 9])
 def test_inference_nodes_must_leave_trainers(production: LaunchSection, m: int) -> None:
-    with pytest.raises(UsageError, match="--inference-nodes must be between 1 and 3"):
+    with pytest.raises(UsageError, match=r"--inference-nodes must be between 1 and 3"):
         plan_layout(production, job(), partition(8), set(), {}, run_id="r1", run_dir=RUN, nodes=4,
                     inference_nodes=m)
 
@@ -73,10 +74,10 @@ def test_nodelist_naming_drained_nodes_fails(production: LaunchSection) -> None:
 
 
 def test_nodelist_unknown_node_and_count_mismatch(production: LaunchSection) -> None:
-    with pytest.raises(UsageError, match="not in the cluster: gpu-099"):
+    with pytest.raises(UsageError, match=r"not in the cluster: gpu-099"):
         plan_layout(production, job(), partition(8), set(), {}, run_id="r1", run_dir=RUN,
                     nodelist=["gpu-001", "gpu-099"], inference_nodes=1)
-    with pytest.raises(UsageError, match="names 2 nodes but --nodes is 3"):
+    with pytest.raises(UsageError, match=r"names 2 nodes but --nodes is 3"):
         plan_layout(production, job(), partition(8), set(), {}, run_id="r1", run_dir=RUN,
                     nodelist=["gpu-001", "gpu-002"], nodes=3, inference_nodes=1)
 
@@ -90,21 +91,21 @@ def test_nodelist_goes_to_sbatch(production: LaunchSection) -> None:
 
 
 def test_unsafe_run_directory_is_refused(production: LaunchSection) -> None:
-    with pytest.raises(UsageError, match="run directory"):
+    with pytest.raises(UsageError, match=r"run directory"):
         plan_layout(production, job(), partition(64), set(), {}, run_id="r1",
                     run_dir=Path("/shared/runs/a b"))
 
 
 def test_unknown_config_key_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="trainer.lrr: unknown key"):
+    with pytest.raises(ConfigError, match=r"trainer.lrr: unknown key"):
         resolve_job_config(LaunchRequest(config=str(DEMO), overrides=["trainer.lrr=1e-4"]))
 
 
 def test_missing_checkpoint_directory_is_a_config_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="checkpoint directory .*nope does not exist"):
+    with pytest.raises(ConfigError, match=r"checkpoint directory .*nope does not exist"):
         resolve_job_config(LaunchRequest(config=str(DEMO), overrides=[f'model.path="{tmp_path}/nope"']))
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ConfigError, match="no config.json"):
+    with pytest.raises(ConfigError, match=r"no config.json"):
         resolve_job_config(LaunchRequest(config=str(DEMO), overrides=[f'model.path="{tmp_path}/empty"']))
 
 

@@ -35,7 +35,7 @@ def test_quarantine_persists_and_merges_writers(tmp_path: Path) -> None:
 
 def test_unreadable_quarantine_is_a_config_error(tmp_path: Path) -> None:
     (tmp_path / "q.json").write_text("{not json")
-    with pytest.raises(ConfigError, match="quarantine file"):
+    with pytest.raises(ConfigError, match=r"quarantine file"):
         Quarantine.load(tmp_path / "q.json")
 
 
@@ -49,9 +49,9 @@ def test_ledger_round_trip_and_lookup(tmp_path: Path) -> None:
     assert again == led
     assert find_run("r1", str(tmp_path / "runs")) == run.resolve()
     assert find_run(str(run), "/nonexistent") == run.resolve()
-    with pytest.raises(UsageError, match="unknown run 'r2'"):
+    with pytest.raises(UsageError, match=r"unknown run 'r2'"):
         find_run("r2", str(tmp_path / "runs"))
-    with pytest.raises(UsageError, match="no run ledger"):
+    with pytest.raises(UsageError, match=r"no run ledger"):
         load_ledger(tmp_path)
 
 
