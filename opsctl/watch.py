@@ -251,9 +251,6 @@ class Watcher:
         for v in failed:
             self.handled.add((snap.attempt, v.name))
         names = [v.name for v in failed]
-        if snap.attempt + 1 >= self.settings.max_attempts:
-            self._give_up(snap, failed, now)
-            return
         quarantine = Quarantine.load(self.settings.quarantine_file)
         for v in failed:
             reason = f"opsctl:launch-node-failed:{v.failed} in run {self.ledger.run_id}"
@@ -269,29 +266,49 @@ class Watcher:
         attempt = self.ledger.attempt(snap.attempt)
         if attempt is not None:
             attempt.failed_nodes = sorted(set(attempt.failed_nodes) | set(names))
+        if snap.attempt + 1 >= self.settings.max_attempts:
+            self._give_up(snap, failed, now)
+            return
         exclude = self._exclusions(quarantine)
-        detail = self._requeue(exclude)
+        try:
+            detail = self._requeue(exclude)
+        except OpsctlError as exc:
+            self.ledger.final_state = "GAVE_UP"
+            self._note(snap, now, fold(names), "node failure", "gave-up", str(exc))
+            return
         self._note(snap, now, fold(names), "node failure", "requeued", detail)
 
     def _exclusions(self, quarantine: Quarantine) -> list[str]:
-        """Quarantined nodes Slurm could still schedule (not drained, not down): a drain the
-        guardrails refused leaves such a node in service, and only ExcNodeList keeps the run off it."""
-        wanted = quarantine.nodes | set(self.ledger.excluded)
-        return sorted(n.name for n in self.backend.nodes(None) if n.name in wanted and not n.out_of_service)
+        """Quarantined nodes and the nodes that failed in this run, as far as Slurm knows them."""
+        wanted = quarantine.nodes | {n for a in self.ledger.attempts for n in a.failed_nodes}
+        return sorted(n.name for n in self.backend.nodes(None) if n.name in wanted)
 
     def _requeue(self, exclude: list[str]) -> str:
-        """Requeue the job (running or ended); drained nodes are never scheduled again.
-
-        ExcNodeList is updated only for nodes still in service: on Slurm 22.05, updating it on a
-        requeued job that requests GPUs loses the job's GPU allocation (its next steps fail with
-        "Invalid generic resource (gres) specification"), verified on the simulated cluster."""
         job = self._job()
+        if self.settings.requeue_mode == "requeue":
+            return self._requeue_in_place(job, exclude)
+        script_path = Path(self.ledger.run_dir) / "job.sbatch"
+        script = script_path.read_text()
+        if "\n#SBATCH --nodelist=" in script:
+            raise OpsctlError(f"run {self.ledger.run_id} was launched on a fixed --nodelist that now "
+                              f"holds failed nodes ({fold(exclude)}); relaunch it on other nodes")
+        if job is not None and not job.finished:
+            self.backend.cancel(self.job_id)
+        from opsctl.model import SubmitOptions
+
+        new_id = int(self.backend.submit(script, SubmitOptions(exclude=exclude)))
+        self.ledger.job_ids.append(new_id)
+        return f"resubmitted as job {new_id} excluding {fold(exclude) or 'nothing'}"
+
+    def _requeue_in_place(self, job: Job | None, exclude: list[str]) -> str:
+        """`scontrol requeue`; ExcNodeList is updated only for excluded nodes still in service (a
+        drained node is never scheduled): on 22.05 updating it also loses the GPU allocation."""
         if job is not None and job.state not in {"PENDING", "REQUEUED", "REQUEUE_HOLD"}:
             self.backend.requeue(self.job_id)
-        if exclude:
+        in_service = [n.name for n in self.backend.nodes(exclude) if not n.out_of_service] if exclude else []
+        if in_service:
             _scontrol(self.backend, ["update", f"JobId={self.job_id}", f"ExcNodeList={fold(exclude)}"])
-            return f"job {self.job_id} requeued, ExcNodeList={fold(exclude)}"
-        return f"job {self.job_id} requeued; failed nodes drained"
+        return f"job {self.job_id} requeued" + (f", ExcNodeList={fold(exclude)}" if in_service else "")
 
     def _give_up(self, snap: Snapshot, failed: list[NodeView], now: float) -> None:
         job = self._job()
@@ -299,8 +316,9 @@ class Watcher:
             self.backend.cancel(self.job_id)
         self.ledger.final_state = "GAVE_UP"
         for v in failed:
+            limit = self.settings.max_attempts
             self._note(snap, now, v.name, v.failed, "gave-up",
-                       f"{snap.attempt + 1} attempts reached launch.max_attempts={self.settings.max_attempts}")
+                       f"{snap.attempt + 1} attempts reached launch.max_attempts={limit}")
 
     def _note(self, snap: Snapshot, now: float, node: str, why: str, action: str, detail: str) -> None:
         self.ledger.remediations.append(Remediation(now, node, why, action, detail))

@@ -31,6 +31,11 @@ class LaunchSection:
     signal_before_s: int = 600
     checkpoint_grace_s: int = 300
     max_attempts: int = 5  # watch --remediate gives up after this many attempts
+    # How watch --remediate restarts a run after a node failure: "resubmit" cancels the job and
+    # submits the same script as a new job excluding the quarantined nodes; "requeue" uses
+    # `scontrol requeue` (one job id). Slurm 22.05 loses a requeued GPU job's GPU allocation when
+    # it restarts on other nodes, so resubmit is the default there.
+    requeue_mode: str = "resubmit"
     # Python on the compute nodes with opsctl and training importable, and the directory to run in.
     python: str = "python3"
     workdir: str = field(default="", metadata={"path": True})
@@ -58,6 +63,8 @@ class LaunchSection:
                 raise ValueError(f"{key}: must be >= 1, got {getattr(self, key)}")
         if self.signal_before_s < 0 or self.checkpoint_grace_s < 0:
             raise ValueError("signal_before_s/checkpoint_grace_s: must be >= 0")
+        if self.requeue_mode not in ("resubmit", "requeue"):
+            raise ValueError(f"requeue_mode: must be resubmit or requeue, got {self.requeue_mode!r}")
         if self.health_source not in HEALTH_SOURCES:
             raise ValueError(f"health_source: must be one of {', '.join(HEALTH_SOURCES)}")
         if self.failure_grace_s < 0:

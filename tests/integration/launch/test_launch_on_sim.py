@@ -89,6 +89,7 @@ def test_node_death_is_drained_requeued_and_resumed(launch_env: LaunchEnv, tmp_p
     a0, a1 = led.attempts
     assert a0.failed_nodes == [victim] and a0.state == "REQUEUED"
     assert victim not in a1.nodes and a1.state == "COMPLETED"
+    assert len(led.job_ids) == 2 and (a0.job_id, a1.job_id) == tuple(led.job_ids)
     # Resumed from the last committed checkpoint at or before the failure: the step counter
     # continues and no step before that checkpoint is trained twice.
     assert a1.resume_step > 0 and a1.resume_step % 5 == 0 and a1.resume_step <= killed_at + 1

@@ -86,3 +86,12 @@ def test_attempt_cli_usage(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert main(["bogus"]) == 2
     assert "usage" in capsys.readouterr().err
+
+
+def test_attempts_are_numbered_across_jobs(tmp_path: Path) -> None:
+    from opsctl.launch.attempt import next_attempt
+
+    assert next_attempt(tmp_path) == 0
+    record_attempt_start(tmp_path, Attempt(0, 5))
+    record_attempt_start(tmp_path, Attempt(1, 9))  # a resubmitted job: its own restart count is 0
+    assert next_attempt(tmp_path) == 2
