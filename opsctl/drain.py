@@ -207,8 +207,11 @@ def wait_responding(backend: SlurmBackend, names: Sequence[str], timeout: float 
         time.sleep(0.5)
 
 
-def record_rejected(audit: AuditLog, action: str, nodes: str, reason: str, error: str) -> None:
-    """Best effort: bad input is audited too, but an unwritable log must not hide the input error."""
-    record = AuditRecord(action=action, nodes=[nodes], result="rejected", reason=reason, detail=error)
+def record_rejected(
+    audit: AuditLog, action: str, nodes: str, reason: str, error: str, result: str = "rejected"
+) -> None:
+    """Best effort: bad input (result "rejected") and attempts that could not read the cluster
+    ("failed") are audited too, but an unwritable log must not hide the original error."""
+    record = AuditRecord(action=action, nodes=[nodes], result=result, reason=reason, detail=error)
     with contextlib.suppress(OpsctlError):
         audit.append(record)

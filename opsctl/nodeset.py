@@ -29,6 +29,9 @@ def parse_nodeset(expr: str) -> list[str]:
     if not _EXPR_RE.match(text):
         bad = sorted({c for c in text if not re.match(r"[A-Za-z0-9._,\[\]-]", c)})
         raise UsageError(f"malformed node set {expr!r}: characters not allowed: {''.join(bad)!r}")
+    size = _estimated_size(text)
+    if size > MAX_NODES:
+        raise UsageError(f"node set {expr!r} expands to {size} nodes (limit {MAX_NODES})")
     try:
         nodeset = NodeSet(text)
     except NodeSetException as exc:
@@ -42,6 +45,38 @@ def parse_nodeset(expr: str) -> list[str]:
         if not NODE_NAME_RE.match(name):
             raise UsageError(f"malformed node name {name!r} in node set {expr!r}")
     return names
+
+
+_BRACKET_RE = re.compile(r"\[([^\[\]]*)\]")
+
+
+def _estimated_size(text: str) -> int:
+    """An upper bound of the expansion, computed without expanding (ClusterShell would build
+    every name first: `n[0000000-9999999]` must be refused at once, not after seconds)."""
+    total = 0
+    depth, start = 0, 0
+    elements = []
+    for index, char in enumerate(text + ","):
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth -= 1
+        elif char == "," and depth == 0:
+            elements.append(text[start:index])
+            start = index + 1
+    for element in elements:
+        count = 1
+        for group in _BRACKET_RE.findall(element):
+            width = 0
+            for part in group.split(","):
+                lo, _, hi = part.partition("-")
+                if lo.isdigit() and hi.isdigit():
+                    width += max(0, int(hi) - int(lo) + 1)
+                else:
+                    width += 1
+            count *= max(width, 1)
+        total += count
+    return total
 
 
 def fold(names: Iterable[str]) -> str:

@@ -80,6 +80,9 @@ def drain(ctx: click.Context, nodeset: str, reason: str, dry_run: bool, force: b
     except UsageError as exc:
         record_rejected(audit, "drain", nodeset, reason, str(exc))
         raise
+    except OpsctlError as exc:
+        record_rejected(audit, "drain", nodeset, reason, str(exc), result="failed")
+        raise
     try:
         result = apply_drain(backend, audit, plan, clean_reason, dry_run)
     except OpsctlError:
@@ -115,6 +118,9 @@ def resume(ctx: click.Context, nodeset: str, dry_run: bool, force: bool, as_json
         plan = plan_resume(backend.nodes(), names, force)
     except UsageError as exc:
         record_rejected(audit, "resume", nodeset, "", str(exc))
+        raise
+    except OpsctlError as exc:
+        record_rejected(audit, "resume", nodeset, "", str(exc), result="failed")
         raise
     try:
         result = apply_resume(backend, audit, plan, dry_run)

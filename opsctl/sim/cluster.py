@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import time
+import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ DEFAULT_PREFIX = "gpu-"
 PARTITION = "gpu"
 MAX_NODES = 512
 _UNIX_PATH_MAX = 107
+_CONF_MARKER = "# Written by opsctl sim: a simulated cluster (multiple-slurmd emulation on one host)."
 
 
 class SimError(OpsctlError):
@@ -149,8 +151,7 @@ class SimCluster:
         state = self.load_state()
         if state is not None:
             return list(state.nodes)
-        width = max(3, len(str(self.num_nodes)))
-        return [f"{self.prefix}{i:0{width}d}" for i in range(1, self.num_nodes + 1)]
+        return self.node_names_fresh()
 
     def load_state(self) -> SimState | None:
         try:
@@ -186,15 +187,24 @@ class SimCluster:
                 )
             return self
         self.down()  # leftovers of a crashed run
-        try:
-            self._start()
-        except BaseException:
-            self.down()
-            raise
+        for attempt in range(3):
+            try:
+                self._start()
+                return self
+            except SimError as exc:
+                self.down()
+                # Another cluster on this host may grab a port between our choice and the bind.
+                if "Address already in use" not in str(exc) or attempt == 2:
+                    raise
+            except BaseException:
+                self.down()
+                raise
         return self
 
     def _start(self) -> None:
         self._check_tools()
+        for name in self.addon_names:  # an unknown add-on fails before any daemon starts
+            self._addons[name] = load_addon(name)
         self._prepare_dirs()
         nodes = self.node_names_fresh()
         ports = free_ports(len(nodes) + 1)
@@ -215,9 +225,7 @@ class SimCluster:
             self.start_slurmd(node)
         self.wait_nodes_idle(nodes, self.ready_timeout)
         for name in self.addon_names:
-            addon = load_addon(name)
-            self._addons[name] = addon
-            addon.start(self)
+            self._addons[name].start(self)
 
     def node_names_fresh(self) -> list[str]:
         width = max(3, len(str(self.num_nodes)))
@@ -240,10 +248,18 @@ class SimCluster:
         self.procs.stop_many(addon_procs)
         self.procs.stop_many([n for n in names if n.startswith("slurmd-")])
         self.procs.stop_many([n for n in names if n == "slurmctld"])
-        sweep_strays(self.state_dir)
+        if self._is_sim_dir():  # never sweep a directory that is not ours (`--state-dir /` typo)
+            sweep_strays(self.state_dir)
         self.procs.stop_many([n for n in names if n == "munged"])
         self._addons.clear()
         (self.state_dir / "sim.json").unlink(missing_ok=True)
+
+    def _is_sim_dir(self) -> bool:
+        try:
+            head = self.slurm_conf.read_text()[:200]
+        except OSError:
+            return False
+        return head.startswith(_CONF_MARKER) and self.state_dir != Path(self.state_dir.anchor)
 
     def __enter__(self) -> SimCluster:
         return self.up()
@@ -330,14 +346,22 @@ class SimCluster:
         return states
 
     def wait_nodes_idle(self, nodes: Sequence[str], timeout: float) -> None:
-        self.wait_for(lambda s: all(s.get(n) == "idle" for n in nodes), timeout, "nodes to become idle")
+        watch = ["munged", "slurmctld", *(f"slurmd-{n}" for n in nodes)]
+        self.wait_for(lambda s: all(s.get(n) == "idle" for n in nodes), timeout, "nodes to become idle",
+                      watch)
 
-    def wait_for(self, predicate: Any, timeout: float, what: str) -> dict[str, str]:
-        """Poll sinfo until `predicate(states)` holds; SimError with the last states otherwise."""
+    def wait_for(
+        self, predicate: Any, timeout: float, what: str, watch: Sequence[str] = ()
+    ) -> dict[str, str]:
+        """Poll sinfo until `predicate(states)` holds; SimError with the last states otherwise, or
+        at once when a daemon named in `watch` has exited (with the end of its log)."""
         last: dict[str, dict[str, str]] = {"states": {}}
 
         @retry(stop=stop_after_delay(timeout), wait=wait_fixed(0.5), retry=retry_if_result(lambda ok: not ok))
         def poll() -> bool:
+            for name in watch:
+                if not self.procs.alive(name):
+                    raise SimError(f"{name} exited: {self._log_tail(name)}")
             last["states"] = self.sinfo_states()
             return bool(last["states"]) and bool(predicate(last["states"]))
 
@@ -365,12 +389,19 @@ class SimCluster:
         return "is UP" in out.stdout
 
     def _log_tail(self, name: str) -> str:
-        path = self.state_dir / "log" / f"{name}.log"
-        try:
-            lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
-        except OSError:
-            return "(no log)"
-        return " | ".join(lines[-3:]) or "(empty log)"
+        """The last lines a daemon wrote (its stdout/stderr log, then Slurm's own log file)."""
+        if name.startswith("slurmd-"):
+            daemon_log = name.replace("slurmd-", "slurmd-daemon-", 1)
+        else:
+            daemon_log = f"{name}-daemon"
+        lines: list[str] = []
+        for path in (self.state_dir / "log" / f"{name}.log", self.state_dir / "log" / f"{daemon_log}.log"):
+            try:
+                lines += [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+            except OSError:
+                continue
+        errors = [line for line in lines if "error" in line.lower() or "fatal" in line.lower()]
+        return " | ".join((errors or lines)[-3:]) or "(empty log)"
 
     # -- setup -----------------------------------------------------------------------------
     def _check_tools(self) -> None:
@@ -421,7 +452,7 @@ class SimCluster:
     def _write_files(self, state: SimState) -> None:
         d = self.state_dir
         lines = [
-            "# Written by opsctl sim: a simulated cluster (multiple-slurmd emulation on one host).",
+            _CONF_MARKER,
             f"ClusterName=sim{secrets.token_hex(3)}",
             f"SlurmctldHost={state.hostname}(127.0.0.1)",
             f"SlurmctldPort={state.ctld_port}",
@@ -472,19 +503,23 @@ class SimCluster:
             f"NodeName={fold(state.nodes)} Name=gpu Type={GPU_TYPE} "
             f"File={d / 'dev'}/nvidia[0-{GPUS_PER_NODE - 1}]\n"
         )
-        self.config_path.write_text(
-            "# Written by opsctl sim for the simulated cluster in this directory.\n"
-            "[slurm]\n"
-            'backend = "cli"\n'
-            f'partition = "{PARTITION}"\n'
-            f'slurm_conf = "{self.slurm_conf}"\n'
-            "command_timeout = 60\n"
-            "\n[guardrails]\n"
-            "max_drain_fraction = 0.10\n"
-            "min_drain_nodes = 1\n"
-            "\n[audit]\n"
-            f'log = "{self.audit_log}"\n'
-        )
+        self.config_path.unlink(missing_ok=True)
+        self.set_config("slurm", backend="cli", partition=PARTITION, slurm_conf=str(self.slurm_conf),
+                        command_timeout=60)
+        self.set_config("guardrails", max_drain_fraction=0.10, min_drain_nodes=1)
+        self.set_config("audit", log=str(self.audit_log))
+
+    def set_config(self, section: str, **values: Any) -> None:
+        """Set keys in this cluster's opsctl.toml (add-ons use it, e.g. `[prometheus] url`)."""
+        tables: dict[str, dict[str, Any]] = {}
+        if self.config_path.exists():
+            tables = tomllib.loads(self.config_path.read_text())
+        tables.setdefault(section, {}).update(values)
+        lines = ["# Written by opsctl sim for the simulated cluster in this directory."]
+        for name, table in tables.items():
+            lines.append(f"\n[{name}]")
+            lines.extend(f"{key} = {_toml_value(value)}" for key, value in table.items())
+        self.config_path.write_text("\n".join(lines) + "\n")
 
     def _cancel_jobs(self) -> None:
         """Cancel every job so slurmstepd and job processes exit before slurmd goes."""
@@ -503,6 +538,18 @@ class SimCluster:
                     time.sleep(0.3)
         except subprocess.TimeoutExpired:
             pass
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
 
 
 def _summarize(states: Mapping[str, str]) -> str:

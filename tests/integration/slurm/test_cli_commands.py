@@ -142,3 +142,4 @@ def test_unreachable_slurmctld_exits_3(run_opsctl, sim_factory) -> None:
         result = run_opsctl(*args, env=lone.env_vars)
         assert_clean_error(result, 3)
         assert "unreachable" in result.stderr
+    assert audit(lone)[-1]["result"] == "failed"  # the attempt is on record

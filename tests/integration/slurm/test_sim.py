@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from opsctl.config import load_config
 from opsctl.sim.addons import ADDONS
 from opsctl.sim.cluster import SimCluster
 from opsctl.sim.procs import is_running
@@ -28,6 +29,7 @@ class _MarkerAddon:
     def start(self, sim: SimCluster) -> None:
         sim.spawn("marker-sleep", ["sleep", "600"])
         (sim.state_dir / "marker").write_text("started")
+        sim.set_config("prometheus", url="http://127.0.0.1:19090")
 
     def stop(self, sim: SimCluster) -> None:
         (sim.state_dir / "marker").write_text("stopped")
@@ -91,6 +93,9 @@ def test_addons_start_and_stop_with_the_cluster(tmp_path: Path, monkeypatch: pyt
     with cluster:
         assert (cluster.state_dir / "marker").read_text() == "started"
         assert cluster.status().addons == {"marker": {"marker": "started"}}
+        config = load_config(cluster.config_path)  # add-ons extend the sim's opsctl.toml
+        assert config.prometheus.url == "http://127.0.0.1:19090"
+        assert config.slurm.slurm_conf == str(cluster.slurm_conf) and config.slurm.partition == "gpu"
         pid = next(p.pid for p in cluster.status().processes if p.name == "marker-sleep")
         assert is_running(pid)
     assert (cluster.state_dir / "marker").read_text() == "stopped"
@@ -122,3 +127,32 @@ def test_sixty_four_nodes(sim_factory, run_opsctl, record_property) -> None:
     refused = run_opsctl("drain", "gpu-007", "--reason", "scale test", env=cluster.env_vars)
     assert refused.returncode == 2
     assert run_opsctl("resume", "gpu-[001-006]", env=cluster.env_vars).returncode == 0
+
+
+def test_a_port_taken_after_choosing_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another cluster may bind a port between our choice and slurmd's bind: up() retries."""
+    import socket
+
+    import opsctl.sim.cluster as cluster_module
+
+    blocker = socket.socket()
+    blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    blocker.bind(("0.0.0.0", 0))
+    blocker.listen()
+    real_free_ports = cluster_module.free_ports
+    calls: list[int] = []
+
+    def first_choice_collides(count: int) -> list[int]:
+        ports = real_free_ports(count)
+        calls.append(count)
+        if len(calls) == 1:
+            ports[-1] = blocker.getsockname()[1]  # the last slurmd's port is already taken
+        return ports
+
+    monkeypatch.setattr(cluster_module, "free_ports", first_choice_collides)
+    try:
+        with SimCluster(nodes=2, state_dir=tmp_path / "p") as cluster:
+            assert len(calls) == 2
+            assert cluster.sinfo_states() == {"gpu-001": "idle", "gpu-002": "idle"}
+    finally:
+        blocker.close()

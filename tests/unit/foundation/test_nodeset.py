@@ -21,9 +21,14 @@ def test_malformed_or_dangerous_sets_are_usage_errors(expr: str) -> None:
         parse_nodeset(expr)
 
 
-def test_huge_expansion_is_refused() -> None:
+@pytest.mark.parametrize("expr", ["n[0000000-9999999]", "r[1-1000]n[1-1000]", "a[1-60000],b[1-60000]"])
+def test_huge_expansion_is_refused_without_expanding(expr: str) -> None:
     with pytest.raises(UsageError, match="expands to"):
-        parse_nodeset("n[0000000-9999999]")
+        parse_nodeset(expr)
+
+
+def test_multi_dimensional_sets_within_the_limit() -> None:
+    assert len(parse_nodeset("r[1-2]n[01-32]")) == 64
 
 
 def test_fold_and_expand_round_trip() -> None:
