@@ -83,7 +83,7 @@ def main() -> None:
         for k in (0, 1):
             runs = []
             for i in range(args.repeats):
-                work = Path(tmp) / f"r{i}"
+                work = Path(tmp) / f"k{k}-r{i}"
                 work.mkdir()
                 runs.append(run_once(k, args.steps, args.skip, work))
             results[f"async_level={k}"] = {key: statistics.median(r[key] for r in runs) for key in runs[0]}

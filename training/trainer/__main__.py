@@ -46,7 +46,7 @@ class Trainer:
         tc = cfg.trainer
         self.cuda = torch.cuda.is_available() and tc.backend != "gloo"
         self.device = (
-            torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}")
+            torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', os.environ.get('SLURM_LOCALID', '0')))}")
             if self.cuda
             else torch.device("cpu")
         )

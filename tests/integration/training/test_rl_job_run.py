@@ -45,6 +45,12 @@ def test_async_bounds_hold_in_a_real_run(tmp_path: Path, jobs) -> None:  # type:
         assert r["rollouts"] == 4 * 4
     # With k=2 the producer runs two batches ahead on the first policy: those groups are too stale
     # for max_off_policy_steps=1 and are dropped, counted, and their tasks re-queued.
+    print(
+        "dropped per step:",
+        [r["dropped_groups"] for r in orch],
+        "lag max:",
+        [r["off_policy_lag_max"] for r in orch],
+    )
     assert orch[-1]["dropped_groups_total"] == sum(r["dropped_groups"] for r in orch) > 0
     assert any(r["off_policy_lag_max"] == 1 for r in orch)  # it did run off-policy
     assert all(r["loss_tokens"] > 0 and r["grad_norm"] >= 0 and "mismatch_kl" in r for r in trainer)
