@@ -82,6 +82,7 @@ class Decision:
     code: str = ""
     reason: str = ""  # the Slurm reason a drain would set
     verdicts: list[dict[str, Any]] = field(default_factory=list)
+    signature: str = ""  # failure signature (storm detection across passes)
     result: str = "pending"  # pending | applied | dry-run | shadow | failed | noop
 
     def to_json(self) -> dict[str, Any]:
@@ -160,8 +161,12 @@ def decide(
             by_sig[sig].append(node)
     storm_at = max(cfg.storm_min_nodes, math.ceil(cfg.storm_fraction * size))
     storm_nodes: set[str] = set()
+    recent_by_sig: dict[str, set[str]] = defaultdict(set)
+    for d in state.drains:  # a storm that arrives over several passes counts our recent drains too
+        if now - float(d.get("time", 0)) < cfg.window_seconds and d.get("signature"):
+            recent_by_sig[str(d["signature"])].add(str(d["node"]))
     for sig, nodes in sorted(by_sig.items()):
-        if len(nodes) >= storm_at:
+        if len(set(nodes) | recent_by_sig.get(sig, set())) >= storm_at:
             storm_nodes.update(nodes)
             decisions.append(
                 Decision(
@@ -227,7 +232,15 @@ def decide(
             else:
                 budget -= 1
                 decisions.append(
-                    Decision(node, "drain", "failing check", worst.code, drain_reason(worst), verdict_json)
+                    Decision(
+                        node,
+                        "drain",
+                        "failing check",
+                        worst.code,
+                        drain_reason(worst),
+                        verdict_json,
+                        signature=signature(worst),
+                    )
                 )
             continue
 
@@ -317,7 +330,9 @@ def act(
         try:
             if d.action == "drain":
                 slurm.drain([d.node], d.reason)
-                state.drains.append({"node": d.node, "time": now, "reason": d.reason})
+                state.drains.append(
+                    {"node": d.node, "time": now, "reason": d.reason, "signature": d.signature}
+                )
             else:
                 slurm.resume([d.node])
                 state.clean_streak.pop(d.node, None)

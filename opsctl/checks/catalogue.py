@@ -446,8 +446,10 @@ def check_dcgm(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
                 status,
                 f"gpu {gpu}: {inc.get('system', '')}: {inc.get('message', '')}"[:200],
                 gpu,
-                short=f"dcgm {str(inc.get('system', '')).split()[0].lower()} gpu {gpu}",
-                **inc,
+                short=f"dcgm {(str(inc.get('system', '')).split() or ['?'])[0].lower()} gpu {gpu}",
+                system=inc.get("system", ""),
+                dcgm_status=inc.get("status", ""),
+                message=inc.get("message", ""),
             )
         )
     return verdicts or [_v(ev, "dcgm-health", Status.OK, "DCGM reports healthy")]
