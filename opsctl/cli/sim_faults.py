@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 _FAULTS_HELP = (
     "FAULT is NAME[=VALUE][,KEY=VALUE...]: xid=N[,gpu=K], ecc_dbe[,gpu=K][,count=N], ecc_sbe[,gpu=K], "
     "row_remap_failure[,gpu=K], gpu_missing=K, ib_down=mlx5_N, nvlink_down[,gpu=K][,link=L], "
-    "thermal[,gpu=K], exporter_down[=all|dcgm|node], slurmd_stopped."
+    "thermal[,gpu=K], busy[,gpu=K], exporter_down[=all|dcgm|node], slurmd_stopped."
 )
 
 
