@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "sim": ("opsctl.cli.sim", "sim", "Run a simulated Slurm cluster on this host."),
     "launch": ("opsctl.cli.launch", "launch", "Launch training jobs (rl-run: SFT then async RL)."),
     "health": ("opsctl.cli.health", "health", "Check node health (GPU, XID, IB, mounts); can drain."),
-    "watch": ("opsctl.cli.watch", "watch", "Watch a run live; --remediate drains failed nodes and requeues."),
+    "watch": ("opsctl.cli.watch", "watch", "Watch a Slurm run; --remediate drains failed nodes, requeues."),
 }
 
 

@@ -128,8 +128,9 @@ def test_bad_input_fails_before_anything_is_submitted(launch_env: LaunchEnv) -> 
         (["-o", f'model.path="{launch_env.root}/no-such-ckpt"'], "checkpoint directory"),
         (["--nodes", "2", "--inference-nodes", "2"], "--inference-nodes must be between 1 and 1"),
     ]
+    # An operator's drain, straight through Slurm.
     drained = subprocess.run(
-        [*launch_env.opsctl_argv("drain"), "gpu-003", "--reason", "bad fan"],
+        ["scontrol", "update", "NodeName=gpu-003", "State=DRAIN", "Reason=bad fan"],
         capture_output=True, text=True, env=launch_env.env, check=False)
     assert drained.returncode == 0, drained.stderr
     try:
