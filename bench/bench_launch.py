@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "integration" / "launch"))
 
-from conftest import TINY, LaunchEnv, LaunchSim  # noqa: E402
+from launch_sim_helpers import LaunchEnv, LaunchSim, launch_toml  # noqa: E402
 from simnode import kill_node  # noqa: E402
 
 
@@ -95,7 +95,7 @@ def main() -> None:
         try:
             sim.up()
             config = root / "opsctl.toml"
-            config.write_text(sim.config_path.read_text() + launch_section(root))
+            config.write_text(sim.config_path.read_text() + launch_toml(root))
             env = LaunchEnv(sim, root, config)
             results = [one(env, f"b{i}") for i in range(args.repeat)]
         finally:
@@ -110,12 +110,5 @@ def main() -> None:
                   f"({', '.join(f'{x:.1f}' for x in v['runs'])})")
 
 
-def launch_section(root: Path) -> str:
-    from conftest import launch_toml
-
-    return launch_toml(root)
-
-
 if __name__ == "__main__":
-    assert TINY
     main()

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import LaunchEnv, read_updates
+from launch_sim_helpers import LaunchEnv, read_updates
 from simnode import kill_node
 
 from opsctl.launch.ledger import load_ledger

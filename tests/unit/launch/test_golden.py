@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from conftest import DEMO, GOLDEN, partition
+from launch_unit_helpers import DEMO, GOLDEN, partition
 
 from opsctl.launch.settings import LaunchSection
 from opsctl.launch.slurm import LaunchRequest, plan_layout, resolve_job_config

@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import DEMO, partition
+from launch_unit_helpers import DEMO, partition
 
 from opsctl.errors import ConfigError, Refused, UsageError
 from opsctl.launch.settings import LaunchSection
