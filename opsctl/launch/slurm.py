@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from opsctl.errors import ConfigError, OpsctlError, Refused, Unreachable, UsageError
+from opsctl.errors import EXIT_UNKNOWN, ConfigError, OpsctlError, Refused, Unreachable, UsageError
 from opsctl.launch.ledger import Ledger
 from opsctl.launch.quarantine import Quarantine
 from opsctl.launch.render import ScriptParams, render_script
@@ -310,8 +310,15 @@ def run_cli(
     """What `opsctl launch rl-run` (without --local) does: the text to print and a JSON summary."""
     import json
 
-    ctx = load_context(config_path)
-    plan = prepare(ctx, req)
+    try:
+        ctx = load_context(config_path)
+        plan = prepare(ctx, req)
+    except OpsctlError as exc:
+        if exc.exit_code != EXIT_UNKNOWN:
+            raise
+        # No Slurm here: say how to run without it.
+        raise type(exc)(f"{exc} (no Slurm to submit to; --local runs the job on this machine)",
+                        exit_code=exc.exit_code) from None
     info: dict[str, Any] = {
         "run_id": plan.run_id,
         "run_dir": str(plan.run_dir),
