@@ -78,6 +78,7 @@ SECTIONS: dict[str, type[Any] | str] = {
     "prometheus": PrometheusSection,
     "guardrails": GuardrailsSection,
     "audit": AuditSection,
+    "health": "opsctl.checks.settings:HealthSection",
 }
 
 T = TypeVar("T")

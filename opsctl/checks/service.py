@@ -6,22 +6,19 @@ The click command is a thin shell over :func:`run_health`. Configuration comes f
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
-import os
 import time
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from opsctl.checks.model import Status
 from opsctl.checks.runner import NodeReport, judge
 from opsctl.checks.settings import HealthSection
+from opsctl.config import Config
 from opsctl.errors import ConfigError, OpsctlError, Refused, UsageError
 from opsctl.evidence.base import Source
 from opsctl.policy import Decision, DecisionLog, PolicyState, SlurmNodeView, act, decide
+from opsctl.slurm.base import SlurmBackend
 
 EXIT_BY_STATUS = {"OK": 0, "WARN": 0, "FAIL": 1, "UNKNOWN": 3}
 
@@ -32,9 +29,9 @@ class HealthContext:
 
     health: HealthSection
     prometheus_url: str = "http://127.0.0.1:9090"
-    slurm: Any = None  # an opsctl.slurm backend, when configured and importable
+    slurm: SlurmBackend | None = None  # from [slurm]; None when it could not be set up
     slurm_error: str = ""
-    config: Any = None  # the loaded opsctl.config.Config (guardrails, audit, partition)
+    config: Config | None = None  # the loaded opsctl.toml (guardrails, audit, partition)
 
 
 class GuardedSlurm:
@@ -43,14 +40,15 @@ class GuardedSlurm:
 
     The reason is set exactly as policy made it (``opsctl:<code>:<evidence>``)."""
 
-    def __init__(self, backend: Any, config: Any) -> None:
+    def __init__(self, backend: SlurmBackend, config: Config) -> None:
+        from opsctl import drain
+        from opsctl.audit import AuditLog, AuditRecord
+
         self.backend = backend
         self.config = config
-        drain_mod: Any = importlib.import_module("opsctl.drain")
-        audit_mod: Any = importlib.import_module("opsctl.audit")
-        self._drain = drain_mod
-        self._audit = audit_mod.AuditLog(config.audit.log)
-        self._record = audit_mod.AuditRecord
+        self._drain = drain
+        self._audit = AuditLog(config.audit.log)
+        self._record = AuditRecord
 
     def _log(
         self, action: str, names: Sequence[str], result: str, reason: str = "", detail: str = ""
@@ -137,53 +135,21 @@ class HealthResult:
 
 # -- configuration --------------------------------------------------------------------------
 def load_context(config_path: str | None) -> HealthContext:
-    try:
-        opsconfig: Any = importlib.import_module("opsctl.config")
-    except ImportError:
-        return _load_context_plain(config_path)
-    if "health" not in opsconfig.SECTIONS:
-        opsconfig.register_section("health", HealthSection)
-    cfg = opsconfig.load_config(config_path)
+    from opsctl.config import load_config
+
+    cfg = load_config(config_path)
     ctx = HealthContext(
         health=cfg.section("health", HealthSection), prometheus_url=cfg.prometheus.url, config=cfg
     )
     try:
-        ctx.slurm = importlib.import_module("opsctl.slurm").backend_from_config(cfg)
-    except ImportError as exc:
-        ctx.slurm_error = f"Slurm access is not available: {exc}"
-    except ConfigError:
+        from opsctl.slurm import backend_from_config
+
+        ctx.slurm = backend_from_config(cfg)
+    except OpsctlError:
         raise
     except Exception as exc:  # a backend that cannot start is reported when it is needed
         ctx.slurm_error = f"{type(exc).__name__}: {exc}"
     return ctx
-
-
-def _load_context_plain(config_path: str | None) -> HealthContext:
-    """Fallback when opsctl.config is not installed: read [health] and [prometheus] directly."""
-    path = config_path or os.environ.get("OPSCTL_CONFIG") or "/etc/opsctl/opsctl.toml"
-    data: dict[str, Any] = {}
-    if Path(path).exists():
-        try:
-            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"{path}: {exc}") from None
-    elif config_path or os.environ.get("OPSCTL_CONFIG"):
-        raise ConfigError(f"config file not found: {path}")
-    known = {f.name for f in dataclasses.fields(HealthSection)}
-    table = data.get("health", {})
-    unknown = sorted(set(table) - known)
-    if unknown:
-        raise ConfigError(f"{path}: [health] unknown key {unknown[0]!r}")
-    health = HealthSection(**table)
-    try:
-        health.validate()
-    except ValueError as exc:
-        raise ConfigError(f"{path}: [health] {exc}") from None
-    return HealthContext(
-        health=health,
-        prometheus_url=data.get("prometheus", {}).get("url", "http://127.0.0.1:9090"),
-        slurm_error="Slurm access is not available (opsctl.config not installed)",
-    )
 
 
 # -- sources --------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """How much one exporter process costs for a 64-node sim: scrape latency over real HTTP.
 
-    .venv/bin/python bench/hwsim_exporter.py [--nodes 64] [--rounds 5]
+    .venv/bin/python bench/bench_hwsim_exporter.py [--nodes 64] [--rounds 5]
 
 Prints the median and p95 latency of one node's scrape and the wall time of scraping every node
 once (sequentially, as the worst case of Prometheus's spread-out scrapes arriving together).
