@@ -23,8 +23,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "drain": ("opsctl.cli.nodes", "drain", "Drain nodes, with guardrails and an audit log."),
     "resume": ("opsctl.cli.nodes", "resume", "Resume nodes that opsctl drained."),
     "sim": ("opsctl.cli.sim", "sim", "Run a simulated Slurm cluster on this host."),
-    "health": ("opsctl.cli.health", "health", "Check node health (GPU, XID, IB, mounts); can drain."),
     "launch": ("opsctl.cli.launch", "launch", "Launch training jobs (rl-run: SFT then async RL)."),
+    "health": ("opsctl.cli.health", "health", "Check node health (GPU, XID, IB, mounts); can drain."),
+    "watch": ("opsctl.cli.watch", "watch", "Watch a Slurm run; --remediate drains failed nodes, requeues."),
 }
 
 

@@ -33,7 +33,12 @@ def launch() -> None:
 @click.option("--resume", is_flag=True, help="Continue the run in --output from its last checkpoint.")
 @click.option("--dry-run", is_flag=True, help="Validate and print the resolved config; start nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--nodes", type=int, default=None, help="Slurm: nodes in all ([launch] nodes, 64).")
+@click.option("--inference-nodes", type=int, default=None, help="Slurm: inference nodes (16).")
+@click.option("--nodelist", default=None, help="Slurm: run on exactly these nodes (a node set).")
+@click.pass_context
 def rl_run(
+    ctx: click.Context,
     local: bool,
     config: str | None,
     overrides: tuple[str, ...],
@@ -41,13 +46,22 @@ def rl_run(
     resume: bool,
     dry_run: bool,
     as_json: bool,
+    nodes: int | None,
+    inference_nodes: int | None,
+    nodelist: str | None,
 ) -> None:
     """SFT, then RL with inference, orchestrator and trainer processes."""
     from opsctl.launch import local as launcher
     from training.config import dump_toml
 
-    if not local:
-        raise UsageError("rl-run: this build runs jobs with --local only (no Slurm submission yet)")
+    if not local:  # Slurm submission lives in opsctl.launch.slurm
+        from opsctl.launch.slurm import LaunchRequest, run_cli
+
+        if resume:
+            raise UsageError("--resume is for --local runs; a Slurm run resumes by requeue (opsctl watch)")
+        req = LaunchRequest(config, list(overrides), nodes, inference_nodes, nodelist, output)
+        click.echo(run_cli((ctx.obj or {}).get("config_path"), req, dry_run, as_json)[0])
+        return
     run, cfg = launcher.prepare(config, list(overrides), output, resume)
     if dry_run:
         click.echo(f"# run directory: {run.root}")

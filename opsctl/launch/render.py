@@ -1,0 +1,45 @@
+"""The sbatch script of an RL run, rendered from templates/rl_run.sbatch.j2."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+@dataclass
+class ScriptParams:
+    run_id: str
+    run_dir: str
+    job_name: str
+    nodes: int
+    inference_nodes: int
+    trainer_nodes: int
+    tasks_per_node: int
+    time_limit: str
+    signal_before_s: int
+    checkpoint_grace_s: int
+    python: str
+    partition: str = ""
+    nodelist: str = ""  # folded node set, when the user named the nodes
+    exclude: str = ""  # folded node set
+    gres: str = ""
+    workdir: str = ""
+    ib_hcas: str = ""  # comma-separated; empty: discover at job start
+    ib_sysfs: str = "/sys/class/infiniband"
+    nccl_socket_ifname: str = ""
+
+
+def render_script(params: ScriptParams) -> str:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,  # a shell script, not HTML; values are quoted with the q filter
+    )
+    env.filters["q"] = lambda v: shlex.quote(str(v))
+    return env.get_template("rl_run.sbatch.j2").render(**vars(params))

@@ -1,0 +1,80 @@
+"""The `[launch]` section of opsctl.toml: where runs live, the production layout, requeue policy.
+
+Registered with opsctl.config on import, so `load_config` validates it like any other section.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from opsctl.config import SECTIONS, register_section
+
+HEALTH_SOURCES = ("none", "prometheus", "ssh", "dcgm")
+
+
+@dataclass
+class LaunchSection:
+    # Shared filesystem directory that holds one directory per run (<runs_dir>/<run_id>/).
+    runs_dir: str = field(default="/shared/runs", metadata={"path": True})
+    # Nodes opsctl must never place work on again; persists across attempts and runs.
+    quarantine_file: str = field(default="/var/lib/opsctl/quarantine.json", metadata={"path": True})
+    partition: str | None = None  # None: [slurm] partition, else Slurm's default partition
+    nodes: int = 64  # production layout: 16 inference + 48 trainer
+    inference_nodes: int = 16
+    gpus_per_node: int = 8
+    gpu_type: str = "h200"
+    tasks_per_node: int = 8  # trainer ranks per node (one per GPU)
+    request_gres: bool = True  # ask Slurm for gpu:<type>:<gpus_per_node> per node
+    time_limit: str = "7-00:00:00"
+    # SIGUSR1 reaches the batch script this long before the time limit; it asks the trainer to
+    # checkpoint and requeues the job, which resumes from that checkpoint.
+    signal_before_s: int = 600
+    checkpoint_grace_s: int = 300
+    max_attempts: int = 5  # watch --remediate gives up after this many attempts
+    # How watch --remediate restarts a run after a node failure: "resubmit" cancels the job and
+    # submits the same script as a new job excluding the quarantined nodes; "requeue" uses
+    # `scontrol requeue` (one job id). Slurm 22.05 loses a requeued GPU job's GPU allocation when
+    # it restarts on other nodes, so resubmit is the default there.
+    requeue_mode: str = "resubmit"
+    # Python on the compute nodes with opsctl and training importable, and the directory to run in.
+    python: str = "python3"
+    workdir: str = field(default="", metadata={"path": True})
+    # InfiniBand HCAs for NCCL_IB_HCA; empty: discover them (from /sys/class/infiniband) on the
+    # first allocated node at job start.
+    ib_hcas: list[str] = field(default_factory=list)
+    nccl_socket_ifname: str = ""
+    ib_sysfs: str = "/sys/class/infiniband"
+    # Health gate before a launch: "none" uses Slurm state and the quarantine only; otherwise the
+    # `opsctl health` source whose FAIL/UNKNOWN nodes are excluded.
+    health_source: str = "prometheus"
+    exclude_unknown: bool = True  # a node whose health cannot be judged is not used
+    poll_s: float = 5.0  # watch refresh
+    # watch --remediate: how long a job that ended FAILED is held while its nodes are re-checked
+    # (a node is declared dead only after SlurmdTimeout); keep it above SlurmdTimeout.
+    failure_grace_s: float = 120.0
+
+    def validate(self) -> None:
+        if self.nodes < 2:
+            raise ValueError(f"nodes: need at least 2 (inference and trainer), got {self.nodes}")
+        if not 1 <= self.inference_nodes < self.nodes:
+            raise ValueError(f"inference_nodes: must be in 1..nodes-1, got {self.inference_nodes}")
+        for key in ("gpus_per_node", "tasks_per_node", "max_attempts"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key}: must be >= 1, got {getattr(self, key)}")
+        if self.signal_before_s < 0 or self.checkpoint_grace_s < 0:
+            raise ValueError("signal_before_s/checkpoint_grace_s: must be >= 0")
+        if self.requeue_mode not in ("resubmit", "requeue"):
+            raise ValueError(f"requeue_mode: must be resubmit or requeue, got {self.requeue_mode!r}")
+        if self.health_source not in HEALTH_SOURCES:
+            raise ValueError(f"health_source: must be one of {', '.join(HEALTH_SOURCES)}")
+        if self.failure_grace_s < 0:
+            raise ValueError("failure_grace_s: must be >= 0")
+        if self.poll_s <= 0:
+            raise ValueError("poll_s: must be > 0")
+        for hca in self.ib_hcas:
+            if not hca.replace("_", "").replace(":", "").isalnum():
+                raise ValueError(f"ib_hcas: {hca!r} is not an HCA name (e.g. mlx5_0 or mlx5_0:1)")
+
+
+if "launch" not in SECTIONS:
+    register_section("launch", LaunchSection)

@@ -1,0 +1,371 @@
+"""`opsctl watch RUN`: follow a Slurm RL run, and with --remediate keep it alive.
+
+One update = collect (Slurm job and nodes, the run's attempt records, metrics.jsonl, committed
+checkpoints, optional health pass) -> judge (which allocated nodes failed) -> act (only with
+remediate: drain through the health guardrails, quarantine, exclude, requeue; or give up).
+`Watcher.update()` does one of each; the CLI loops it and renders.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opsctl.errors import OpsctlError, UsageError
+from opsctl.launch.ledger import Attempt, Remediation, find_run, load_ledger, read_attempts
+from opsctl.launch.quarantine import Quarantine
+from opsctl.launch.settings import LaunchSection
+from opsctl.model import Job, Node
+from opsctl.nodeset import fold
+
+# Job states after which the run is over unless someone requeues it.
+FAILED_STATES = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+                 "DEADLINE", "PREEMPTED"}
+# Node conditions that mean "this node is gone for the run" (slurmd silent, down, failing).
+FAILED_NODE_FLAGS = {"NOT_RESPONDING", "FAIL"}
+
+
+@dataclass
+class NodeView:
+    name: str
+    state: str  # sinfo-like display state
+    health: str = ""  # health status from the health gate source, "" when not checked
+    failed: str = ""  # why the watcher considers it failed, "" when fine
+
+
+@dataclass
+class Snapshot:
+    time: float
+    run_id: str
+    job_id: int
+    job_state: str
+    attempt: int
+    attempts: list[dict[str, Any]]
+    step: int | None
+    reward: float | None
+    tokens_per_s: float | None
+    off_policy_lag: int | None
+    last_checkpoint: int | None
+    nodes: list[NodeView]
+    final_state: str = ""
+    events: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def node_failure(node: Node) -> str:
+    """Why an allocated node counts as failed, "" if it does not."""
+    bad = sorted(FAILED_NODE_FLAGS & node.flags)
+    if bad:
+        return f"slurm {','.join(bad).lower()}"
+    if node.state == "down":
+        return "slurm down" + (f": {node.reason}" if node.reason else "")
+    return ""
+
+
+def metrics_summary(path: Path) -> dict[str, Any]:
+    """Latest trainer step, tokens/s, reward and off-policy lag from metrics.jsonl."""
+    out: dict[str, Any] = {"step": None, "reward": None, "tokens_per_s": None, "off_policy_lag": None}
+    if not path.exists():
+        return out
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue  # a line being appended right now
+            comp = rec.get("component")
+            if comp == "trainer" and "step" in rec:
+                out["step"] = rec["step"]
+                out["tokens_per_s"] = rec.get("tokens_per_s")
+            elif comp == "orchestrator" and "off_policy_lag_max" in rec:
+                out["off_policy_lag"] = rec.get("off_policy_lag_max")
+                reward = next((v for k, v in rec.items() if k.startswith("reward_mean_")), None)
+                out["reward"] = reward
+    return out
+
+
+def trainer_steps(path: Path) -> list[int]:
+    """Every trainer step in metrics.jsonl, in order (a step trained twice appears twice)."""
+    steps = []
+    if path.exists():
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("component") == "trainer" and "step" in rec:
+                steps.append(int(rec["step"]))
+    return steps
+
+
+def committed_checkpoints(run_dir: Path) -> list[int]:
+    from training.fsutil import COMMITTED, step_dirs
+
+    return sorted(step_dirs(run_dir / "checkpoints" / "trainer", COMMITTED))
+
+
+class Watcher:
+    def __init__(
+        self,
+        run_dir: Path,
+        backend: Any,
+        settings: LaunchSection,
+        *,
+        remediate: bool = False,
+        drain: Callable[[list[str], str], None] | None = None,
+        health: Callable[[list[str]], dict[str, str]] | None = None,
+        partition: str | None = None,
+    ) -> None:
+        self.run_dir = run_dir
+        self.backend = backend
+        self.settings = settings
+        self.remediate = remediate
+        self.drain = drain
+        self.health = health
+        self.partition = partition
+        self.ledger = load_ledger(run_dir)
+        self.handled: set[tuple[int, str]] = set()  # (attempt, node) already remediated
+        self._ended_at: dict[int, float] = {}  # attempt -> when its job was first seen ended
+
+    @property
+    def job_id(self) -> int:
+        return self.ledger.job_ids[-1]
+
+    # -- collect -------------------------------------------------------------------------------
+    def _job(self) -> Job | None:
+        try:
+            job: Job = self.backend.job(self.job_id)
+            return job
+        except UsageError:  # slurmctld forgot the job (MinJobAge)
+            return None
+
+    def _sync_attempts(self, job: Job | None) -> int:
+        records = read_attempts(self.run_dir)
+        for n, rec in sorted(records.items()):
+            known = self.ledger.attempt(n)
+            if known is None:
+                known = Attempt(attempt=n, job_id=int(rec.get("job_id") or self.job_id))
+                self.ledger.attempts.append(known)
+            known.nodes = list(rec.get("nodes") or known.nodes)
+            known.resume_step = int(rec.get("resume_step") or 0)
+            known.start = float(rec.get("start") or known.start)
+            if rec.get("end") is not None:
+                known.end = rec["end"]
+                known.exit_code = rec.get("exit_code")
+                if known.state == "RUNNING":
+                    known.state = "COMPLETED" if known.exit_code == 0 else "FAILED"
+        self.ledger.attempts.sort(key=lambda a: a.attempt)
+        current = max(records) if records else (job.restarts if job else 0)
+        for a in self.ledger.attempts:
+            if a.attempt < current and a.state == "RUNNING":
+                a.state = "REQUEUED"
+                nxt = self.ledger.attempt(a.attempt + 1)
+                a.end = a.end or (nxt.start if nxt else round(time.time(), 3))
+        if job is not None:
+            last = self.ledger.attempt(current)
+            if last is not None and job.finished and last.state == "RUNNING":
+                last.state = job.state
+                last.end = last.end or round(time.time(), 3)
+        return current
+
+    def collect(self) -> tuple[Snapshot, Job | None]:
+        job = self._job()
+        attempt = self._sync_attempts(job)
+        names = list(job.nodes) if job and job.nodes and not job.finished else []
+        if not names and job is not None and job.state != "COMPLETED" and self.ledger.attempts:
+            # An ended attempt: were its nodes the cause? (A dead node ends the job first.)
+            names = list(self.ledger.attempts[-1].nodes)
+        views: list[NodeView] = []
+        if names:
+            health = self.health(names) if self.health else {}
+            for node in self.backend.nodes(names):
+                why = node_failure(node)
+                if not why and health.get(node.name, "").startswith("FAIL"):
+                    why = f"health {health[node.name]}"
+                views.append(NodeView(node.name, node.display_state, health.get(node.name, ""), why))
+        metrics = metrics_summary(self.run_dir / "metrics.jsonl")
+        ckpts = committed_checkpoints(self.run_dir)
+        self.ledger.checkpoints = ckpts
+        self.ledger.last_step = metrics["step"]
+        snap = Snapshot(
+            time=round(time.time(), 3),
+            run_id=self.ledger.run_id,
+            job_id=self.job_id,
+            job_state=job.state if job else "GONE",
+            attempt=attempt,
+            attempts=[asdict(a) for a in self.ledger.attempts],
+            step=metrics["step"],
+            reward=metrics["reward"],
+            tokens_per_s=metrics["tokens_per_s"],
+            off_policy_lag=metrics["off_policy_lag"],
+            last_checkpoint=ckpts[-1] if ckpts else None,
+            nodes=views,
+            final_state=self.ledger.final_state,
+        )
+        return snap, job
+
+    # -- judge and act ---------------------------------------------------------------------------
+    def update(self) -> Snapshot:
+        snap, job = self.collect()
+        if not self.ledger.final_state:
+            self._judge(snap, job)
+        snap.final_state = self.ledger.final_state
+        snap.attempts = [asdict(a) for a in self.ledger.attempts]
+        self.ledger.save()
+        return snap
+
+    def _judge(self, snap: Snapshot, job: Job | None) -> None:
+        failed = [v for v in snap.nodes if v.failed and (snap.attempt, v.name) not in self.handled]
+        if failed and self.remediate:
+            self._remediate(snap, failed)
+            return
+        if job is None:
+            self.ledger.final_state = "UNKNOWN"
+            snap.events.append(f"job {self.job_id} is no longer known to Slurm")
+        elif job.state == "COMPLETED":
+            self.ledger.final_state = "COMPLETED"
+            snap.events.append(f"run finished at step {snap.step} after {snap.attempt + 1} attempt(s)")
+        elif job.state in FAILED_STATES:
+            # With --remediate, a job that ended while one of its nodes is still being declared
+            # dead (SlurmdTimeout) gets failure_grace_s before the run counts as failed.
+            first_seen = self._ended_at.setdefault(snap.attempt, time.monotonic())
+            if not self.remediate or time.monotonic() - first_seen >= self.settings.failure_grace_s:
+                self.ledger.final_state = job.state
+                snap.events.append(
+                    f"job {self.job_id} ended {job.state}; last checkpoint {snap.last_checkpoint}")
+            else:
+                snap.events.append(f"job {self.job_id} ended {job.state}; checking its nodes")
+        for v in snap.nodes:
+            if v.failed and not self.remediate:
+                snap.events.append(f"{v.name} failed ({v.failed}); --remediate would drain and requeue")
+
+    def _remediate(self, snap: Snapshot, failed: list[NodeView]) -> None:
+        now = round(time.time(), 3)
+        for v in failed:
+            self.handled.add((snap.attempt, v.name))
+        names = [v.name for v in failed]
+        quarantine = Quarantine.load(self.settings.quarantine_file)
+        for v in failed:
+            reason = f"opsctl:launch-node-failed:{v.failed} in run {self.ledger.run_id}"
+            if self.drain is not None:
+                try:
+                    self.drain([v.name], reason)
+                    self._note(snap, now, v.name, v.failed, "drained", reason)
+                except OpsctlError as exc:  # brake or foreign drain: still keep it out of the run
+                    self._note(snap, now, v.name, v.failed, "drain-refused", str(exc))
+            quarantine.add(v.name, v.failed, self.ledger.run_id, self.job_id)
+            self._note(snap, now, v.name, v.failed, "quarantined", self.settings.quarantine_file)
+            self.ledger.excluded[v.name] = f"failed in attempt {snap.attempt}: {v.failed}"
+        attempt = self.ledger.attempt(snap.attempt)
+        if attempt is not None:
+            attempt.failed_nodes = sorted(set(attempt.failed_nodes) | set(names))
+        if snap.attempt + 1 >= self.settings.max_attempts:
+            self._give_up(snap, failed, now)
+            return
+        exclude = self._exclusions(quarantine)
+        try:
+            detail = self._requeue(exclude)
+        except OpsctlError as exc:
+            self.ledger.final_state = "GAVE_UP"
+            self._note(snap, now, fold(names), "node failure", "gave-up", str(exc))
+            return
+        self._note(snap, now, fold(names), "node failure", "requeued", detail)
+
+    def _exclusions(self, quarantine: Quarantine) -> list[str]:
+        """Quarantined nodes and the nodes that failed in this run, as far as Slurm knows them."""
+        wanted = quarantine.nodes | {n for a in self.ledger.attempts for n in a.failed_nodes}
+        return sorted(n.name for n in self.backend.nodes(None) if n.name in wanted)
+
+    def _requeue(self, exclude: list[str]) -> str:
+        job = self._job()
+        if self.settings.requeue_mode == "requeue":
+            return self._requeue_in_place(job, exclude)
+        script_path = Path(self.ledger.run_dir) / "job.sbatch"
+        script = script_path.read_text()
+        if "\n#SBATCH --nodelist=" in script:
+            raise OpsctlError(f"run {self.ledger.run_id} was launched on a fixed --nodelist that now "
+                              f"holds failed nodes ({fold(exclude)}); relaunch it on other nodes")
+        if job is not None and not job.finished:
+            self.backend.cancel(self.job_id)
+        from opsctl.model import SubmitOptions
+
+        new_id = int(self.backend.submit(script, SubmitOptions(exclude=exclude)))
+        self.ledger.job_ids.append(new_id)
+        return f"resubmitted as job {new_id} excluding {fold(exclude) or 'nothing'}"
+
+    def _requeue_in_place(self, job: Job | None, exclude: list[str]) -> str:
+        """`scontrol requeue`; ExcNodeList is updated only for excluded nodes still in service (a
+        drained node is never scheduled): on 22.05 updating it also loses the GPU allocation."""
+        if job is not None and job.state not in {"PENDING", "REQUEUED", "REQUEUE_HOLD"}:
+            self.backend.requeue(self.job_id)
+        in_service = [n.name for n in self.backend.nodes(exclude) if not n.out_of_service] if exclude else []
+        if in_service:
+            _scontrol(self.backend, ["update", f"JobId={self.job_id}", f"ExcNodeList={fold(exclude)}"])
+        return f"job {self.job_id} requeued" + (f", ExcNodeList={fold(exclude)}" if in_service else "")
+
+    def _give_up(self, snap: Snapshot, failed: list[NodeView], now: float) -> None:
+        job = self._job()
+        if job is not None and not job.finished:
+            self.backend.cancel(self.job_id)
+        self.ledger.final_state = "GAVE_UP"
+        for v in failed:
+            limit = self.settings.max_attempts
+            self._note(snap, now, v.name, v.failed, "gave-up",
+                       f"{snap.attempt + 1} attempts reached launch.max_attempts={limit}")
+
+    def _note(self, snap: Snapshot, now: float, node: str, why: str, action: str, detail: str) -> None:
+        self.ledger.remediations.append(Remediation(now, node, why, action, detail))
+        snap.events.append(f"{action} {node}: {why} ({detail})")
+
+    # -- end ---------------------------------------------------------------------------------------
+    def summary(self) -> str:
+        led = self.ledger
+        lines = [f"run {led.run_id}: {led.final_state or 'RUNNING'} after {len(led.attempts)} attempt(s), "
+                 f"last step {led.last_step}, checkpoints {led.checkpoints or 'none'}"]
+        for a in led.attempts:
+            failed = f", failed nodes {fold(a.failed_nodes)}" if a.failed_nodes else ""
+            lines.append(f"  attempt {a.attempt}: job {a.job_id} {a.state} on {fold(a.nodes) or '?'}, "
+                         f"resumed at step {a.resume_step}{failed}")
+        for r in led.remediations:
+            lines.append(f"  {r.action} {r.node}: {r.why} ({r.detail})")
+        return "\n".join(lines)
+
+
+def _scontrol(backend: Any, args: list[str]) -> None:
+    """scontrol through the CLI backend's runner (its SLURM_CONF, timeouts, error mapping)."""
+    run = getattr(backend, "run", None)
+    if callable(run):
+        run(["scontrol", *args])
+        return
+    env = getattr(backend, "env", None)
+    proc = subprocess.run(["scontrol", *args], capture_output=True, text=True, env=env, timeout=60,
+                          check=False)
+    if proc.returncode != 0:
+        raise OpsctlError(f"scontrol {args[0]} failed: {proc.stderr.strip()}")
+
+
+# -- wiring from configuration ---------------------------------------------------------------------
+def make_watcher(config_path: str | None, run: str, remediate: bool) -> Watcher:
+    from opsctl.checks.service import GuardedSlurm
+    from opsctl.launch.slurm import load_context
+
+    ctx = load_context(config_path)
+    run_dir = find_run(run, ctx.settings.runs_dir)
+    guarded = GuardedSlurm(ctx.backend, ctx.config) if remediate else None
+    health = None
+    if ctx.settings.health_source != "none":
+        from opsctl.launch.slurm import health_exclusions
+
+        def health(names: list[str]) -> dict[str, str]:
+            return health_exclusions(ctx, names)
+
+    return Watcher(run_dir, ctx.backend, ctx.settings, remediate=remediate,
+                   drain=guarded.drain if guarded else None, health=health,
+                   partition=ctx.partition)

@@ -1,0 +1,157 @@
+"""`opsctl launch rl-run` and `opsctl watch` on a real 4-node Slurm (simulated GPUs) with a tiny
+CPU training job: a clean run, a node death mid-run with --remediate, and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from launch_sim_helpers import LaunchEnv, read_updates
+from simnode import kill_node
+
+from opsctl.launch.ledger import load_ledger
+from opsctl.watch import trainer_steps
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def wait_for(predicate: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def finish(proc: subprocess.Popen[str], timeout: float) -> int:
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+
+
+def test_launch_and_watch_to_completion(launch_env: LaunchEnv, tmp_path: Path) -> None:
+    run = launch_env.root / "runs" / "clean"
+    out = launch_env.launch(run, "-o", "trainer.steps=8", "-o", "trainer.checkpoint_every=3")
+    assert out.returncode == 0, out.stderr
+    assert "submitted job" in out.stdout
+    log = tmp_path / "watch.jsonl"
+    watch = launch_env.watch(run, log=log)
+    try:
+        assert finish(watch, 300) == 0, log.read_text()[-2000:]
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+    updates = read_updates(log)
+    assert updates[-1]["final_state"] == "COMPLETED"
+    fields = {"step", "reward", "tokens_per_s", "off_policy_lag", "last_checkpoint", "nodes", "attempts"}
+    assert fields <= set(updates[-1])
+    assert any(u["job_state"] == "RUNNING" and len(u["nodes"]) == 2 for u in updates)
+    led = load_ledger(run)
+    assert led.final_state == "COMPLETED" and len(led.job_ids) == 1
+    got = [(a.attempt, a.state, a.exit_code, a.resume_step) for a in led.attempts]
+    assert got == [(0, "COMPLETED", 0, 0)]
+    assert len(led.attempts[0].nodes) == 2
+    assert led.checkpoints == [3, 6] and led.last_step == 7
+    assert trainer_steps(run / "metrics.jsonl") == list(range(8))
+    assert (run / "logs" / "attempt-0" / "trainer-0.log").exists()
+    assert (run / "logs" / "attempt-0" / "inference-0.log").exists()
+
+
+def test_node_death_is_drained_requeued_and_resumed(launch_env: LaunchEnv, tmp_path: Path) -> None:
+    steps = 120
+    run = launch_env.root / "runs" / "nodefail"
+    out = launch_env.launch(run, "-o", f"trainer.steps={steps}", "-o", "trainer.checkpoint_every=5")
+    assert out.returncode == 0, out.stderr
+    log = tmp_path / "watch.jsonl"
+    watch = launch_env.watch(run, "--remediate", log=log)
+    victim = ""
+    try:
+        wait_for(lambda: (run / "attempts" / "0.json").exists(), 120, "attempt 0 to start")
+        first = json.loads((run / "attempts" / "0.json").read_text())
+        victim = first["nodes"][1]  # a trainer node, not the batch host
+        wait_for(lambda: any(s >= 7 for s in trainer_steps(run / "metrics.jsonl")), 240, "step 7")
+        kill_node(launch_env.sim, victim)
+        killed_at = max(trainer_steps(run / "metrics.jsonl"))
+        assert finish(watch, 480) == 0, log.read_text()[-3000:]
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+    led = load_ledger(run)
+    assert led.final_state == "COMPLETED"
+    assert [a.attempt for a in led.attempts] == [0, 1]
+    a0, a1 = led.attempts
+    assert a0.failed_nodes == [victim] and a0.state == "REQUEUED"
+    assert victim not in a1.nodes and a1.state == "COMPLETED"
+    assert len(led.job_ids) == 2 and (a0.job_id, a1.job_id) == tuple(led.job_ids)
+    # Resumed from the last committed checkpoint at or before the failure: the step counter
+    # continues and no step before that checkpoint is trained twice.
+    assert a1.resume_step > 0 and a1.resume_step % 5 == 0 and a1.resume_step <= killed_at + 1
+    seen = trainer_steps(run / "metrics.jsonl")
+    assert sorted(set(seen)) == list(range(steps))
+    assert all(seen.count(s) == 1 for s in range(a1.resume_step))
+    assert seen[-(steps - a1.resume_step):] == list(range(a1.resume_step, steps))
+    actions = [(r.node, r.action) for r in led.remediations]
+    assert (victim, "drained") in actions and (victim, "quarantined") in actions
+    assert any(r.action == "requeued" for r in led.remediations)
+    # The node is drained with opsctl's reason, quarantined, and the drain is in the audit log.
+    sinfo = subprocess.run(["sinfo", "-h", "-N", "-n", victim, "-o", "%T|%E"], capture_output=True,
+                           text=True, env=launch_env.env, check=True).stdout
+    assert sinfo.startswith("drain") and "opsctl:launch-node-failed" in sinfo
+    quarantine = json.loads((launch_env.root / "quarantine.json").read_text())
+    assert [e["node"] for e in quarantine["nodes"]] == [victim]
+    audit = [json.loads(x) for x in launch_env.sim.audit_log.read_text().splitlines()]
+    assert any(r["action"] == "drain" and r["result"] == "applied" and victim in r["nodes"] for r in audit)
+    updates = read_updates(log)
+    assert any(u["attempt"] == 1 and u["job_state"] == "RUNNING" for u in updates)
+
+    # A later launch never lands on the quarantined node, even once it is back in service.
+    launch_env.sim.start_slurmd(victim)
+    launch_env.sim.reset()
+    dry = launch_env.launch(launch_env.root / "runs" / "after", "--dry-run", "--nodes", "3")
+    assert dry.returncode == 0, dry.stderr
+    assert f"#SBATCH --exclude={victim}\n" in dry.stdout
+    (launch_env.root / "quarantine.json").unlink()
+
+
+def test_bad_input_fails_before_anything_is_submitted(launch_env: LaunchEnv) -> None:
+    runs = launch_env.root / "runs"
+    cases = [
+        (["-o", "trainer.lrr=1"], "trainer.lrr: unknown key"),
+        (["--nodes", "5"], "asked for 5 nodes but partition gpu has only 4"),
+        (["-o", f'model.path="{launch_env.root}/no-such-ckpt"'], "checkpoint directory"),
+        (["--nodes", "2", "--inference-nodes", "2"], "--inference-nodes must be between 1 and 1"),
+    ]
+    # An operator's drain, straight through Slurm.
+    drained = subprocess.run(
+        ["scontrol", "update", "NodeName=gpu-003", "State=DRAIN", "Reason=bad fan"],
+        capture_output=True, text=True, env=launch_env.env, check=False)
+    assert drained.returncode == 0, drained.stderr
+    try:
+        cases.append((["--nodelist", "gpu-[002-003]"], "cannot run jobs: gpu-003 (drained"))
+        for i, (args, message) in enumerate(cases):
+            before = launch_env.squeue()
+            out = launch_env.launch(runs / f"bad{i}", *args)
+            assert out.returncode == 2, (args, out.stdout, out.stderr)
+            assert out.stderr.startswith("opsctl: error: ") and message in out.stderr, out.stderr
+            assert "Traceback" not in out.stderr
+            assert launch_env.squeue() == before
+            assert not (runs / f"bad{i}").exists()
+    finally:
+        launch_env.sim.reset()
+
+
+def test_dry_run_prints_script_and_config_and_submits_nothing(launch_env: LaunchEnv) -> None:
+    run = launch_env.root / "runs" / "dry"
+    before = launch_env.squeue()
+    out = launch_env.launch(run, "--dry-run")
+    assert out.returncode == 0, out.stderr
+    assert "#SBATCH --nodes=2\n" in out.stdout and "#SBATCH --requeue\n" in out.stdout
+    assert "# resolved config" in out.stdout and "world_size = 1" in out.stdout
+    assert launch_env.squeue() == before and not run.exists()

@@ -1,0 +1,116 @@
+"""Node choice and refusals of `opsctl launch rl-run` (pure planning, nothing submitted)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from launch_unit_helpers import DEMO, partition
+
+from opsctl.errors import ConfigError, Refused, UsageError
+from opsctl.launch.settings import LaunchSection
+from opsctl.launch.slurm import LaunchRequest, plan_layout, resolve_job_config
+
+RUN = Path("/shared/runs/r1")
+
+
+def job() -> object:
+    return resolve_job_config(LaunchRequest(config=str(DEMO)))
+
+
+def test_production_defaults_are_64_nodes_16_inference(production: LaunchSection) -> None:
+    plan = plan_layout(production, job(), partition(64), set(), {}, run_id="r1", run_dir=RUN)
+    assert (plan.nodes, plan.inference_nodes) == (64, 16)
+    assert plan.job_config.trainer.world_size == 48 * 8
+    assert "#SBATCH --nodes=64\n" in plan.script
+    assert "INFERENCE_NODES=16\n" in plan.script
+    assert "--nodes=48 --ntasks=384" in plan.script
+    assert plan.excluded == {}
+
+
+def test_drained_quarantined_and_unhealthy_nodes_are_excluded(production: LaunchSection) -> None:
+    nodes = partition(70)
+    nodes[0].flags, nodes[0].reason = {"DRAIN"}, "operator: bad fan"
+    nodes[1].state = "down"
+    plan = plan_layout(production, job(), nodes, {"gpu-003"}, {"gpu-004": "FAIL gpu-xid"},
+                       run_id="r1", run_dir=RUN, partition="gpu")
+    assert plan.excluded == {
+        "gpu-001": "drained: operator: bad fan",
+        "gpu-002": "down",
+        "gpu-003": "quarantined",
+        "gpu-004": "unhealthy: FAIL gpu-xid",
+    }
+    assert "#SBATCH --exclude=gpu-[001-004]\n" in plan.script
+
+
+def test_refused_with_reasons_when_too_few_usable_nodes(production: LaunchSection) -> None:
+    nodes = partition(65)
+    nodes[9].flags = {"DRAIN"}
+    expected = r"64 nodes needed, 63 of 65 .*gpu-010 \(drained\).*gpu-011 \(quarantined\)"
+    with pytest.raises(Refused, match=expected):
+        plan_layout(production, job(), nodes, {"gpu-011"}, {}, run_id="r1", run_dir=RUN)
+
+
+def test_more_nodes_than_the_partition_has(production: LaunchSection) -> None:
+    with pytest.raises(UsageError, match=r"asked for 64 nodes but partition gpu has only 4"):
+        plan_layout(production, job(), partition(4), set(), {}, run_id="r1", run_dir=RUN,
+                    partition="gpu")
+
+
+@pytest.mark.parametrize("m", [0, 4, 9])
+def test_inference_nodes_must_leave_trainers(production: LaunchSection, m: int) -> None:
+    with pytest.raises(UsageError, match=r"--inference-nodes must be between 1 and 3"):
+        plan_layout(production, job(), partition(8), set(), {}, run_id="r1", run_dir=RUN, nodes=4,
+                    inference_nodes=m)
+
+
+def test_nodelist_naming_drained_nodes_fails(production: LaunchSection) -> None:
+    nodes = partition(8)
+    nodes[2].flags, nodes[2].reason = {"DRAIN"}, "opsctl: gpu-xid"
+    with pytest.raises(UsageError, match=r"cannot run jobs: gpu-003 \(drained: opsctl: gpu-xid\)"):
+        plan_layout(production, job(), nodes, set(), {}, run_id="r1", run_dir=RUN,
+                    nodelist=["gpu-001", "gpu-003"], inference_nodes=1)
+
+
+def test_nodelist_unknown_node_and_count_mismatch(production: LaunchSection) -> None:
+    with pytest.raises(UsageError, match=r"not in the cluster: gpu-099"):
+        plan_layout(production, job(), partition(8), set(), {}, run_id="r1", run_dir=RUN,
+                    nodelist=["gpu-001", "gpu-099"], inference_nodes=1)
+    with pytest.raises(UsageError, match=r"names 2 nodes but --nodes is 3"):
+        plan_layout(production, job(), partition(8), set(), {}, run_id="r1", run_dir=RUN,
+                    nodelist=["gpu-001", "gpu-002"], nodes=3, inference_nodes=1)
+
+
+def test_nodelist_goes_to_sbatch(production: LaunchSection) -> None:
+    plan = plan_layout(production, job(), partition(8), set(), {}, run_id="r1", run_dir=RUN,
+                       nodelist=["gpu-005", "gpu-006", "gpu-007"], inference_nodes=1)
+    assert "#SBATCH --nodelist=gpu-[005-007]\n" in plan.script
+    assert "--exclude" not in plan.script
+    assert plan.job_config.trainer.world_size == 2 * 8
+
+
+def test_unsafe_run_directory_is_refused(production: LaunchSection) -> None:
+    with pytest.raises(UsageError, match=r"run directory"):
+        plan_layout(production, job(), partition(64), set(), {}, run_id="r1",
+                    run_dir=Path("/shared/runs/a b"))
+
+
+def test_unknown_config_key_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"trainer.lrr: unknown key"):
+        resolve_job_config(LaunchRequest(config=str(DEMO), overrides=["trainer.lrr=1e-4"]))
+
+
+def test_missing_checkpoint_directory_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"checkpoint directory .*nope does not exist"):
+        resolve_job_config(LaunchRequest(config=str(DEMO), overrides=[f'model.path="{tmp_path}/nope"']))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match=r"no config.json"):
+        resolve_job_config(LaunchRequest(config=str(DEMO), overrides=[f'model.path="{tmp_path}/empty"']))
+
+
+def test_rendered_script_is_valid_bash(production: LaunchSection, tmp_path: Path) -> None:
+    plan = plan_layout(production, job(), partition(64), set(), {}, run_id="r1", run_dir=RUN)
+    script = tmp_path / "job.sbatch"
+    script.write_text(plan.script)
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True, check=False).returncode == 0

@@ -1,0 +1,31 @@
+"""The pure parts of `opsctl watch`: which node counts as failed, what the metrics say."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from opsctl.model import Node
+from opsctl.watch import metrics_summary, node_failure, trainer_steps
+
+
+def test_node_failure_reasons() -> None:
+    assert node_failure(Node("gpu-001", "allocated")) == ""
+    assert node_failure(Node("gpu-001", "allocated", flags={"DRAIN"})) == ""  # draining, still alive
+    assert node_failure(Node("gpu-001", "allocated", flags={"NOT_RESPONDING"})) == "slurm not_responding"
+    assert node_failure(Node("gpu-001", "down", reason="Not responding")) == "slurm down: Not responding"
+    assert node_failure(Node("gpu-001", "idle", flags={"FAIL", "DRAIN"})) == "slurm fail"
+
+
+def test_metrics_summary_reads_latest_values_and_skips_torn_lines(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    lines = [
+        {"component": "trainer", "step": 0, "tokens_per_s": 10.0},
+        {"component": "orchestrator", "step": 1, "reward_mean_arithmetic": 0.25, "off_policy_lag_max": 1},
+        {"component": "trainer", "step": 1, "tokens_per_s": 12.5},
+        {"component": "orchestrator", "event": "eval", "step": 1, "eval_accuracy": 0.5},
+    ]
+    path.write_text("\n".join(json.dumps(x) for x in lines) + '\n{"component": "trai')
+    assert metrics_summary(path) == {"step": 1, "reward": 0.25, "tokens_per_s": 12.5, "off_policy_lag": 1}
+    assert trainer_steps(path) == [0, 1]
+    assert metrics_summary(tmp_path / "absent")["step"] is None
