@@ -79,6 +79,7 @@ SECTIONS: dict[str, type[Any] | str] = {
     "guardrails": GuardrailsSection,
     "audit": AuditSection,
     "health": "opsctl.checks.settings:HealthSection",
+    "launch": "opsctl.launch.settings:LaunchSection",
 }
 
 T = TypeVar("T")

@@ -96,8 +96,10 @@ def test_refuses_to_reuse_a_run_dir_and_needs_local(
         ["launch", "rl-run", "--local", "--config", DEMO, "--output", str(tmp_path / "r")], capsys
     )
     assert code == 2 and "already holds a run" in err
+    # Without --local the launch goes to Slurm; with no reachable Slurm that is exit 3 (unknown),
+    # and the message points at --local.
     code, _out, err = run_cli(["launch", "rl-run", "--config", DEMO], capsys)
-    assert code == 2 and "--local" in err
+    assert code == 3 and "--local" in err
     code, _out, err = run_cli(
         ["launch", "rl-run", "--local", "--resume", "--output", str(tmp_path / "x")], capsys
     )
