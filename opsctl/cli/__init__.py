@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "drain": ("opsctl.cli.nodes", "drain", "Drain nodes, with guardrails and an audit log."),
     "resume": ("opsctl.cli.nodes", "resume", "Resume nodes that opsctl drained."),
     "sim": ("opsctl.cli.sim", "sim", "Run a simulated Slurm cluster on this host."),
+    "lab": ("opsctl.cli.lab", "lab", "Boot nspawn machines with simulated GPUs for tests and drills."),
 }
 
 

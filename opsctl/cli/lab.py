@@ -1,0 +1,102 @@
+"""`opsctl lab`: the nspawn machine lab (up, status, down, inject, heal). Thin over opsctl.lab."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from opsctl.errors import EXIT_UNHEALTHY
+
+
+def _inventory_option(f: click.decorators.FC) -> click.decorators.FC:
+    return click.option(
+        "--inventory",
+        "inventory_dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        envvar="OPSCTL_LAB_INVENTORY",
+        help="Where to write the generated Ansible inventory (default: inventory/lab in the repo).",
+    )(f)
+
+
+@click.group()
+def lab() -> None:
+    """systemd-nspawn machines with simulated H200 GPUs and InfiniBand, for tests and drills."""
+
+
+@lab.command()
+@click.option(
+    "--nodes", "gpu_nodes", type=int, default=3, show_default=True, help="GPU nodes (plus one head)."
+)
+@click.option("--timeout", type=float, default=180, show_default=True, help="Seconds to wait for boot.")
+@click.option("--json", "as_json", is_flag=True, help="Print the lab status as JSON.")
+@_inventory_option
+def up(gpu_nodes: int, timeout: float, as_json: bool, inventory_dir: Path | None) -> None:
+    """Build (once) the base image, boot head + N GPU machines, write the inventory."""
+    from opsctl.lab import lab as labmod
+    from opsctl.lab.config import from_env
+
+    cfg = from_env(gpu_nodes)
+    st = labmod.up(cfg, inventory_dir or labmod.LAB_INVENTORY, timeout=timeout)
+    _print_status(st, as_json)
+
+
+@lab.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(as_json: bool) -> None:
+    """Show the lab's machines, their addresses and boot state. Exit 1 if any is not up."""
+    from opsctl.lab import lab as labmod
+    from opsctl.lab.config import from_env
+
+    cfg, inv = labmod.load_config(from_env())
+    st = labmod.status(cfg, inv)
+    _print_status(st, as_json)
+    if not st.up:
+        raise click.exceptions.Exit(EXIT_UNHEALTHY)
+
+
+@lab.command()
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; change nothing.")
+@_inventory_option
+def down(dry_run: bool, inventory_dir: Path | None) -> None:
+    """Stop every lab machine and remove its veths, bridge, mounts and state."""
+    from opsctl.lab import lab as labmod
+    from opsctl.lab.config import from_env
+
+    base = from_env()
+    try:
+        cfg, inv = labmod.load_config(base)
+    except Exception:
+        cfg, inv = base, inventory_dir or labmod.LAB_INVENTORY
+    if dry_run:
+        for line in labmod.plan_down(cfg, inventory_dir or inv):
+            click.echo(f"would {line}")
+        return
+    done = labmod.down(cfg, inventory_dir or inv)
+    for line in done:
+        click.echo(line)
+    if not done:
+        click.echo("lab: nothing to remove")
+
+
+def _print_status(st: object, as_json: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from opsctl.lab.lab import LabStatus
+
+    assert isinstance(st, LabStatus)
+    if as_json:
+        click.echo(json.dumps(st.as_dict(), indent=1))
+        return
+    table = Table(title=f"lab on {st.bridge} ({'up' if st.up else 'NOT up'})")
+    for col in ("machine", "address", "role", "pid", "state"):
+        table.add_column(col)
+    for m in st.machines:
+        table.add_row(m.name, m.address, m.role, str(m.pid or "-"), m.state)
+    Console().print(table)
+    click.echo(f"inventory: {st.inventory}")
+    if st.stray_veths:
+        click.echo(f"stray veths: {', '.join(st.stray_veths)}")
