@@ -36,7 +36,8 @@ IMAGE_VERSION = 1
 @dataclass(frozen=True)
 class BaseImage:
     rootfs: Path
-    packages: tuple[str, ...]
+    packages: tuple[str, ...]  # downloaded, installable offline
+    unavailable: tuple[str, ...]  # requested by a role but not in Debian (NVIDIA's repository)
 
 
 def image_dir(cfg: LabConfig) -> Path:
@@ -49,6 +50,10 @@ def _read_json(path: Path) -> dict[str, object]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def _names(value: object) -> set[str]:
+    return {str(v) for v in value} if isinstance(value, list) else set()
 
 
 def _bootstrap(cfg: LabConfig, target: Path, log: Path) -> None:
@@ -82,8 +87,12 @@ def _bootstrap(cfg: LabConfig, target: Path, log: Path) -> None:
     tmp.rename(target)
 
 
-def _download(rootfs: Path, packages: list[str]) -> None:
-    """apt lists and .deb files for `packages` (and their dependencies) into the base image."""
+def _download(rootfs: Path, packages: list[str]) -> list[str]:
+    """apt lists and .deb files for `packages` (and dependencies) into the base image.
+
+    Returns the names Debian does not carry (NVIDIA's driver, DCGM...): production installs them
+    from NVIDIA's repository and the lab skips those tasks (gpu_hardware_present: false).
+    """
     resolv = rootfs / "etc/resolv.conf"
     if resolv.is_symlink():
         resolv.unlink()
@@ -95,23 +104,14 @@ def _download(rootfs: Path, packages: list[str]) -> None:
     }
     try:
         run(["chroot", rootfs, "apt-get", "update", "-q"], env=env, timeout=900)
-        run(
-            [
-                "chroot",
-                rootfs,
-                "apt-get",
-                "install",
-                "-y",
-                "-q",
-                "--download-only",
-                "--no-install-recommends",
-                *packages,
-            ],
-            env=env,
-            timeout=1800,
-        )
+        known = set(run(["chroot", rootfs, "apt-cache", "pkgnames"], env=env).stdout.split())
+        available = [p for p in packages if p in known]
+        if available:
+            argv: list[str | Path] = ["chroot", rootfs, "apt-get", "install", "-y", "-q", "--download-only"]
+            run([*argv, "--no-install-recommends", *available], env=env, timeout=1800)
     finally:
         resolv.write_text("")
+    return [p for p in packages if p not in known]
 
 
 def ensure_image(cfg: LabConfig, packages: list[str]) -> BaseImage:
@@ -122,13 +122,20 @@ def ensure_image(cfg: LabConfig, packages: list[str]) -> BaseImage:
     if not (rootfs / "usr/bin/python3").exists():
         _bootstrap(cfg, rootfs, root / "debootstrap.log")
     stamp = root / "packages.json"
-    listed = _read_json(stamp).get("packages", [])
-    have = {str(p) for p in listed} if isinstance(listed, list) else set()
-    want = sorted(set(packages))
-    missing = [p for p in want if p not in have]
-    if missing:
-        _download(rootfs, want)
+    data = _read_json(stamp)
+    requested, unavailable = _names(data.get("requested")), _names(data.get("unavailable"))
+    want = set(packages)
+    if not want <= requested:
+        # Ask for everything again: apt fetches only what is not in the archive yet.
+        unavailable = set(_download(rootfs, sorted(want | requested)))
+        requested |= want
         tmp = stamp.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"packages": sorted(have | set(want))}, indent=1))
+        tmp.write_text(
+            json.dumps({"requested": sorted(requested), "unavailable": sorted(unavailable)}, indent=1)
+        )
         os.replace(tmp, stamp)
-    return BaseImage(rootfs=rootfs, packages=tuple(want))
+    return BaseImage(
+        rootfs=rootfs,
+        packages=tuple(sorted(want - unavailable)),
+        unavailable=tuple(sorted(want & unavailable)),
+    )
