@@ -81,6 +81,21 @@ def down(dry_run: bool, inventory_dir: Path | None) -> None:
         click.echo("lab: nothing to remove")
 
 
+@lab.command(name="connect")
+def connect_cmd() -> None:
+    """After site.yml: write an opsctl.toml that reaches the lab's Slurm and Prometheus from here."""
+    from opsctl.lab import lab as labmod
+    from opsctl.lab.config import from_env
+    from opsctl.lab.connect import connect
+
+    cfg, _inv = labmod.load_config(from_env())
+    conn = connect(cfg)
+    click.echo(f"export OPSCTL_CONFIG={conn.opsctl_toml}")
+    click.echo(
+        f"# slurm.conf: {conn.slurm_conf} (munge {conn.munge_socket}); prometheus: {conn.prometheus_url}"
+    )
+
+
 def _print_status(st: object, as_json: bool) -> None:
     from rich.console import Console
     from rich.table import Table

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import opsctl
 from opsctl.errors import ConfigError, Unreachable
-from opsctl.lab import image, inventory, machines, net
+from opsctl.lab import connect, image, inventory, machines, net
 from opsctl.lab.config import LabConfig, Machine
 from opsctl.lab.packages import collect_packages
 from opsctl.lab.shell import run
@@ -163,6 +163,8 @@ def lab_mounts(cfg: LabConfig) -> list[str]:
 def plan_down(cfg: LabConfig, inventory_dir: Path | None = None) -> list[str]:
     """What `down` would remove, for --dry-run."""
     plan = [f"stop machine {p.machine} (pid {p.pid})" for p in machines.running(cfg)]
+    if connect.munge_pidfile(cfg).exists():
+        plan.append("stop the host's lab munged")
     plan += [f"delete veth {v}" for v in net.lab_veths(cfg)]
     if net.bridge_exists(cfg.bridge):
         plan.append(f"delete bridge {cfg.bridge}")
@@ -181,6 +183,8 @@ def down(cfg: LabConfig, inventory_dir: Path | None = None) -> list[str]:
     if procs:
         machines.stop(procs)
         done.append(f"stopped {len(procs)} machine(s): {', '.join(p.machine for p in procs)}")
+    if connect.stop_munged(cfg):
+        done.append("stopped the host's lab munged")
     veths = net.lab_veths(cfg)
     if veths:
         net.delete_links(veths)
