@@ -13,7 +13,7 @@ DEFAULT_SUBNET = "10.213.0.0/24"
 DEFAULT_BRIDGE = "labbr0"
 DEFAULT_CACHE = "/var/cache/opsctl-lab"
 DEFAULT_STATE = "/var/lib/opsctl-lab"
-HEAD_NAME = "head"
+HEAD_NAME = "head-01"  # as in production; a host named like its group confuses Ansible
 MAX_GPU_NODES = 64
 # Host .1, head .10, GPU nodes .11 upwards.
 HEAD_OFFSET = 10

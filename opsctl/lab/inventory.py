@@ -43,6 +43,11 @@ def inventory_data(cfg: LabConfig) -> dict[str, Any]:
                 "nfs_server": {"children": {"head": None}},
                 "nfs_clients": {"children": {"gpu_nodes": None}},
                 "lustre_clients": {"children": {"gpu_nodes": None}},
+                # Production groups the lab has no machine for; declared so plays match them cleanly.
+                "storage": {"hosts": {}},
+                "login": {"hosts": {}},
+                "slurmdbd": {"hosts": {}},
+                "slurm_login": {"hosts": {}},
             },
         }
     }

@@ -9,7 +9,7 @@ from opsctl.lab.config import LabConfig, from_env
 def test_default_layout_is_head_plus_three_gpu_nodes_on_the_lab_subnet() -> None:
     cfg = LabConfig()
     assert [(m.name, m.address, m.role) for m in cfg.machines] == [
-        ("head", "10.213.0.10", "head"),
+        ("head-01", "10.213.0.10", "head"),
         ("gpu-001", "10.213.0.11", "gpu"),
         ("gpu-002", "10.213.0.12", "gpu"),
         ("gpu-003", "10.213.0.13", "gpu"),

@@ -34,8 +34,8 @@ def test_every_production_group_exists_with_the_right_machines(tmp_path: Path) -
     assert _members(data, "gpu_nodes") == gpus
     assert _members(data, "slurm_compute") == gpus
     assert _members(data, "lustre_clients") == gpus
-    assert _members(data, "slurm_controller") == {"head"}
-    assert _members(data, "monitoring") == {"head"}
+    assert _members(data, "slurm_controller") == {"head-01"}
+    assert _members(data, "monitoring") == {"head-01"}
 
 
 def test_hosts_carry_addresses_and_the_lab_key(tmp_path: Path) -> None:
@@ -44,7 +44,7 @@ def test_hosts_carry_addresses_and_the_lab_key(tmp_path: Path) -> None:
     hosts = {}
     for group in data["all"]["children"].values():
         hosts.update((group or {}).get("hosts") or {})
-    assert hosts["head"]["ansible_host"] == "10.213.0.10"
+    assert hosts["head-01"]["ansible_host"] == "10.213.0.10"
     assert hosts["gpu-001"]["ansible_host"] == "10.213.0.11"
     assert data["all"]["vars"]["ansible_ssh_private_key_file"] == str(tmp_path / "id_ed25519")
     assert data["all"]["vars"]["ansible_user"] == "root"

@@ -20,7 +20,7 @@ def test_hosts_file_lists_every_machine_once() -> None:
     entries = [line.split() for line in render_hosts(cfg).splitlines() if line and not line.startswith("#")]
     names = {e[1]: e[0] for e in entries if e[0].startswith("10.")}
     assert names == {
-        "head": "10.213.0.10",
+        "head-01": "10.213.0.10",
         "gpu-001": "10.213.0.11",
         "gpu-002": "10.213.0.12",
         "gpu-003": "10.213.0.13",
