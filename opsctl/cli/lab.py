@@ -81,6 +81,49 @@ def down(dry_run: bool, inventory_dir: Path | None) -> None:
         click.echo("lab: nothing to remove")
 
 
+@lab.command()
+@click.argument("node")
+@click.argument("fault")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def inject(node: str, fault: str, as_json: bool) -> None:
+    """Inject FAULT into NODE's simulated hardware (xid=79, ecc_dbe, gpu_missing=3, ib_down=mlx5_2,
+    row_remap_failure, slurmd_stopped, ...)."""
+    from opsctl.lab import faults
+    from opsctl.lab import lab as labmod
+    from opsctl.lab.config import from_env
+
+    cfg, _inv = labmod.load_config(from_env())
+    _print_fault(faults.inject(cfg, node, fault), as_json)
+
+
+@lab.command()
+@click.argument("node")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def heal(node: str, as_json: bool) -> None:
+    """Return NODE's simulated hardware to healthy (and restart slurmd if a fault stopped it)."""
+    from opsctl.lab import faults
+    from opsctl.lab import lab as labmod
+    from opsctl.lab.config import from_env
+
+    cfg, _inv = labmod.load_config(from_env())
+    _print_fault(faults.heal(cfg, node), as_json)
+
+
+def _print_fault(result: object, as_json: bool) -> None:
+    from dataclasses import asdict
+
+    from opsctl.lab.faults import FaultResult
+
+    assert isinstance(result, FaultResult)
+    if as_json:
+        click.echo(json.dumps(asdict(result)))
+        return
+    what = f"injected {result.fault}" if result.action == "inject" else "healed"
+    extra = f"; slurmd {result.slurmd}" if result.slurmd else ""
+    active = ", ".join(result.active_faults) or "none"
+    click.echo(f"{result.node}: {what}{extra} (active faults: {active})")
+
+
 @lab.command(name="connect")
 def connect_cmd() -> None:
     """After site.yml: write an opsctl.toml that reaches the lab's Slurm and Prometheus from here."""

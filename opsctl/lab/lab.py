@@ -10,7 +10,7 @@ from pathlib import Path
 
 import opsctl
 from opsctl.errors import ConfigError, Unreachable
-from opsctl.lab import connect, image, inventory, machines, net
+from opsctl.lab import connect, image, inventory, labsim, machines, net
 from opsctl.lab.config import LabConfig, Machine
 from opsctl.lab.packages import collect_packages
 from opsctl.lab.shell import run
@@ -125,6 +125,8 @@ def up(cfg: LabConfig, inventory_dir: Path = LAB_INVENTORY, *, timeout: float = 
             continue
         shutil.rmtree(cfg.upper_dir(m.name), ignore_errors=True)
         machines.prepare_upper(cfg, m, public_key)
+        if m.role == "gpu":
+            labsim.install(cfg, m, cfg.upper_dir(m.name))
         machines.boot(cfg, m, base.rootfs)
     wait_ready(cfg, cfg.machines, timeout=timeout)
     inventory.write_inventory(cfg, inventory_dir, LAB_INVENTORY / "group_vars")

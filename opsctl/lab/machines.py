@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from opsctl.lab import netconf
+from opsctl.lab import labsim, netconf
 from opsctl.lab.config import LabConfig, Machine
 
 # Stand-ins for the shared filesystems: host directories bind-mounted into every machine.
@@ -99,7 +99,7 @@ def nspawn_argv(cfg: LabConfig, machine: Machine, rootfs: Path) -> list[str]:
     ]
     for kind, mountpoint in SHARED_MOUNTS.items():
         argv.append(f"--bind={cfg.shared_dir / kind}:{mountpoint}")
-    return argv
+    return argv + labsim.bind_args(cfg, machine)
 
 
 def boot(cfg: LabConfig, machine: Machine, rootfs: Path) -> int:
