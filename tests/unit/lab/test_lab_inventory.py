@@ -41,7 +41,7 @@ def test_every_production_group_exists_with_the_right_machines(tmp_path: Path) -
 def test_hosts_carry_addresses_and_the_lab_key(tmp_path: Path) -> None:
     cfg = LabConfig(gpu_nodes=1, state_dir=tmp_path)
     data = inventory_data(cfg)
-    hosts = {}
+    hosts: dict[str, dict[str, str]] = {}
     for group in data["all"]["children"].values():
         hosts.update((group or {}).get("hosts") or {})
     assert hosts["head-01"]["ansible_host"] == "10.213.0.10"
