@@ -30,7 +30,7 @@ STATE_ENV = "OPSCTL_HWSIM_STATE"
 TOOLS_MODULE = "opsctl.hwsim.tools"
 EXPORTER_MODULE = "opsctl.hwsim.exporter"
 TOOLS = ("nvidia-smi", "ibstat", "dcgmi", "perfquery")
-SYSFS_SUBDIR = "sys"  # the rendered /sys/class/infiniband tree, under the state mount
+SYSFS_SUBDIR = "sys/class/infiniband"  # rendered IB sysfs tree, under the state mount
 
 
 def host_state_dir(cfg: LabConfig, machine: str) -> Path:
