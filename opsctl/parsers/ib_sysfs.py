@@ -130,6 +130,31 @@ def parse_flattened(text: str) -> dict[str, str]:
     return files
 
 
+def parse_grep_output(text: str, root: str = DEFAULT_ROOT) -> dict[str, str]:
+    """Read ``grep -s . ROOT/*/ports/*/state ...`` output (``/abs/path:value`` lines) into the
+    mapping :func:`parse_ib_sysfs` takes. Paths outside ``root`` are ignored."""
+    prefix = root.rstrip("/") + "/"
+    files: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.startswith(prefix) or ":" not in line:
+            continue
+        path, value = line.split(":", 1)
+        files[path[len(prefix) :]] = value
+    return files
+
+
+def grep_argv(root: str = DEFAULT_ROOT) -> list[str]:
+    """The file globs whose ``grep -s .`` output :func:`parse_grep_output` reads (for a remote shell)."""
+    base = root.rstrip("/")
+    port = f"{base}/*/ports/*"
+    return [
+        *(f"{base}/*/{name}" for name in ("board_id", "fw_ver", "hca_type", "node_guid")),
+        *(f"{port}/{name}" for name in ("state", "phys_state", "rate", "link_layer", "lid")),
+        f"{port}/counters/*",
+        f"{port}/hw_counters/*",
+    ]
+
+
 _WANTED_TOP = ("board_id", "fw_ver", "hca_type", "node_guid")
 _WANTED_PORT = ("state", "phys_state", "rate", "link_layer", "lid")
 

@@ -1,0 +1,441 @@
+"""The check catalogue: pure functions from one node's :class:`Evidence` to verdicts.
+
+A check never does I/O. Each one names the fact it needs; when the source never provides that
+fact the check is skipped, and when the source provides it for other nodes but not this one the
+check answers UNKNOWN (missing data is never healthy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from opsctl.checks.model import Status, Verdict
+from opsctl.checks.thresholds import DRAIN_CLASSES, Thresholds
+from opsctl.evidence.model import Evidence, GpuEvidence, IbPortEvidence
+
+CheckFn = Callable[[Evidence, Thresholds, float], list[Verdict]]
+
+
+@dataclass(frozen=True)
+class Check:
+    code: str
+    fact: str
+    title: str
+    fn: CheckFn
+
+
+def _v(
+    ev: Evidence, code: str, status: Status, summary: str, gpu: int | None = None, **evidence: object
+) -> Verdict:
+    evidence.setdefault("source", ev.source)
+    return Verdict(code=code, status=status, node=ev.node, gpu=gpu, summary=summary, evidence=dict(evidence))
+
+
+def _unknown(ev: Evidence, code: str, what: str, gpu: int | None = None) -> Verdict:
+    return _v(ev, code, Status.UNKNOWN, f"{what} not reported", gpu, short="no data")
+
+
+def check_gpu_count(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
+    expected = th.get("gpu", "expected_per_node")
+    if ev.gpu_count is None:
+        return [_unknown(ev, "gpu-count", "GPU count")]
+    if ev.gpu_count < expected:
+        return [
+            _v(
+                ev,
+                "gpu-count",
+                Status.FAIL,
+                f"{ev.gpu_count} of {expected} GPUs visible",
+                short=f"{ev.gpu_count}/{expected} gpus",
+                seen=ev.gpu_count,
+                expected=expected,
+            )
+        ]
+    return [_v(ev, "gpu-count", Status.OK, f"{ev.gpu_count} GPUs", seen=ev.gpu_count, expected=expected)]
+
+
+def check_xid(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
+    if ev.xids is None:
+        return [_unknown(ev, "gpu-xid", "XID events")]
+    window = float(th.get("xid", "window_seconds"))
+    # Deduplicate: one entry per (gpu, xid) within this boot and the window, counts summed.
+    current: dict[tuple[int | None, int], dict[str, float | int | None]] = {}
+    for e in ev.xids:
+        if ev.boot_id and e.boot_id and e.boot_id != ev.boot_id:
+            continue  # an earlier boot: the reboot already cleared it
+        if e.time is not None and now - e.time > window:
+            continue
+        entry = current.setdefault((e.gpu, e.xid), {"count": 0, "last": None})
+        entry["count"] = int(entry["count"] or 0) + e.count
+        if e.time is not None and (entry["last"] is None or e.time > float(entry["last"] or 0)):
+            entry["last"] = e.time
+    verdicts: list[Verdict] = []
+    for (gpu, xid), entry in sorted(current.items(), key=lambda kv: (kv[0][0] or -1, kv[0][1])):
+        cls = th.xid_class(xid)
+        if cls == "ignore":
+            continue
+        status = Status.FAIL if cls in DRAIN_CLASSES else Status.WARN
+        where = f" on gpu {gpu}" if gpu is not None else ""
+        verdicts.append(
+            _v(
+                ev,
+                "gpu-xid",
+                status,
+                f"xid {xid} ({cls}){where}, {entry['count']}x",
+                gpu,
+                short=f"xid {xid} gpu {gpu}" if gpu is not None else f"xid {xid}",
+                xid=xid,
+                action=cls,
+                count=entry["count"],
+                last=entry["last"],
+            )
+        )
+    return verdicts or [_v(ev, "gpu-xid", Status.OK, "no actionable XID in window")]
+
+
+def _per_gpu(
+    ev: Evidence,
+    code: str,
+    what: str,
+    judge: Callable[[GpuEvidence], tuple[Status, str, dict[str, object]] | None],
+) -> list[Verdict]:
+    verdicts: list[Verdict] = []
+    unknown: list[int] = []
+    for g in ev.gpus:
+        result = judge(g)
+        if result is None:
+            unknown.append(g.index)
+            continue
+        status, summary, detail = result
+        if status is not Status.OK:
+            verdicts.append(_v(ev, code, status, f"gpu {g.index}: {summary}", g.index, **detail))
+    if unknown:
+        verdicts.append(
+            _v(ev, code, Status.UNKNOWN, f"{what} not reported for gpus {unknown}", short="no data")
+        )
+    if not ev.gpus:
+        verdicts.append(_unknown(ev, code, what))
+    return verdicts or [_v(ev, code, Status.OK, f"{what}: ok on {len(ev.gpus)} GPUs")]
+
+
+def check_ecc_dbe(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
+    limit = th.get("ecc", "dbe_volatile_max")
+
+    def judge(g: GpuEvidence) -> tuple[Status, str, dict[str, object]] | None:
+        if g.ecc_dbe_volatile is None:
+            return None
+        if g.ecc_dbe_volatile > limit:
+            return (
+                Status.FAIL,
+                f"{g.ecc_dbe_volatile} uncorrectable ECC errors",
+                {"short": f"ecc dbe {g.ecc_dbe_volatile} gpu {g.index}", "dbe": g.ecc_dbe_volatile},
+            )
+        return Status.OK, "", {}
+
+    return _per_gpu(ev, "gpu-ecc-dbe", "uncorrectable ECC", judge)
+
+
+def check_ecc_sbe_rate(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
+    limit = th.get("ecc", "sbe_per_hour_warn")
+
+    def judge(g: GpuEvidence) -> tuple[Status, str, dict[str, object]] | None:
+        if g.ecc_sbe_per_hour is None:
+            return None
+        if g.ecc_sbe_per_hour > limit:
+            return (
+                Status.WARN,
+                f"{g.ecc_sbe_per_hour:.0f} correctable ECC errors/hour",
+                {
+                    "short": f"ecc sbe {g.ecc_sbe_per_hour:.0f}/h gpu {g.index}",
+                    "per_hour": g.ecc_sbe_per_hour,
+                },
+            )
+        return Status.OK, "", {}
+
+    return _per_gpu(ev, "gpu-ecc-sbe-rate", "correctable ECC rate", judge)
+
+
+def check_retired_pages(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
+    dbe_max, total_fail = th.get("retired_pages", "dbe_max"), th.get("retired_pages", "total_fail")
+
+    def judge(g: GpuEvidence) -> tuple[Status, str, dict[str, object]] | None:
+        if g.retired_pages_dbe is None and g.retired_pages_pending is None:
+            return None
+        dbe, sbe = g.retired_pages_dbe or 0, g.retired_pages_sbe or 0
+        detail: dict[str, object] = {"dbe": dbe, "sbe": sbe, "pending": g.retired_pages_pending}
+        if dbe > dbe_max or dbe + sbe >= total_fail:
+            return (
+                Status.FAIL,
+                f"{dbe + sbe} retired pages ({dbe} DBE)",
+                {**detail, "short": f"retired pages {dbe + sbe} gpu {g.index}"},
+            )
+        if g.retired_pages_pending:
+            return Status.WARN, "page retirement pending a GPU reset", {**detail, "short": "retire pending"}
+        return Status.OK, "", {}
+
+    return _per_gpu(ev, "gpu-retired-pages", "retired pages", judge)
+
+
+def check_row_remap(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
+    on_pending, on_failure = th.get("row_remap", "fail_on_pending"), th.get("row_remap", "fail_on_failure")
+
+    def judge(g: GpuEvidence) -> tuple[Status, str, dict[str, object]] | None:
+        if g.remap_failure is None and g.remap_pending is None:
+            return None
+        if g.remap_failure:
+            status = Status.FAIL if on_failure else Status.WARN
+            return (
+                status,
+                "row remapping failed",
+                {"short": f"row remap failed gpu {g.index}", "failure": True},
+            )
+        if g.remap_pending:
+            status = Status.FAIL if on_pending else Status.WARN
+            return (
+                status,
+                "row remap pending (needs GPU reset)",
+                {"short": f"row remap pending gpu {g.index}", "pending": True},
+            )
+        return Status.OK, "", {}
+
+    return _per_gpu(ev, "gpu-row-remap", "row remapping", judge)
+
+
+def check_nvlink(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
+    limit = th.get("nvlink", "links_down_max")
+
+    def judge(g: GpuEvidence) -> tuple[Status, str, dict[str, object]] | None:
+        if g.nvlink_links_down is None:
+            return None
+        if g.nvlink_links_down > limit:
+            return (
+                Status.FAIL,
+                f"{g.nvlink_links_down} NVLink links down",
+                {
+                    "short": f"nvlink {g.nvlink_links_down} down gpu {g.index}",
+                    "down": g.nvlink_links_down,
+                    "total": g.nvlink_links_total,
+                },
+            )
+        return Status.OK, "", {}
+
+    return _per_gpu(ev, "gpu-nvlink", "NVLink state", judge)
+
+
+def check_nvlink_crc(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
+    limit = th.get("nvlink", "crc_per_second_warn")
+
+    def judge(g: GpuEvidence) -> tuple[Status, str, dict[str, object]] | None:
+        if g.nvlink_crc_per_second is None:
+            return None
+        if g.nvlink_crc_per_second > limit:
+            return (
+                Status.WARN,
+                f"NVLink CRC errors {g.nvlink_crc_per_second:.1f}/s",
+                {"short": f"nvlink crc gpu {g.index}", "per_second": g.nvlink_crc_per_second},
+            )
+        return Status.OK, "", {}
+
+    return _per_gpu(ev, "gpu-nvlink-crc", "NVLink CRC rate", judge)
+
+
+def check_pcie(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
+    min_gen, min_width = th.get("pcie", "min_gen"), th.get("pcie", "min_width")
+
+    def judge(g: GpuEvidence) -> tuple[Status, str, dict[str, object]] | None:
+        if g.pcie_gen is None or g.pcie_width is None:
+            return None
+        if g.pcie_gen < min_gen or g.pcie_width < min_width:
+            return (
+                Status.FAIL,
+                f"PCIe Gen{g.pcie_gen} x{g.pcie_width} (want Gen{min_gen} x{min_width})",
+                {
+                    "short": f"pcie gen{g.pcie_gen} x{g.pcie_width} gpu {g.index}",
+                    "gen": g.pcie_gen,
+                    "width": g.pcie_width,
+                },
+            )
+        return Status.OK, "", {}
+
+    return _per_gpu(ev, "gpu-pcie", "PCIe link", judge)
+
+
+def check_throttle(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
+    on_thermal = Status(th.get("throttle", "thermal"))
+    on_brake = Status(th.get("throttle", "power_brake"))
+
+    def judge(g: GpuEvidence) -> tuple[Status, str, dict[str, object]] | None:
+        if g.thermal_throttle is None and g.power_throttle is None:
+            return None
+        if g.thermal_throttle and on_thermal is not Status.OK:
+            return (
+                on_thermal,
+                "hardware thermal slowdown",
+                {"short": f"thermal slowdown gpu {g.index}", "temperature_c": g.temperature_c},
+            )
+        if g.power_throttle and on_brake is not Status.OK:
+            return on_brake, "hardware power brake", {"short": f"power brake gpu {g.index}"}
+        return Status.OK, "", {}
+
+    return _per_gpu(ev, "gpu-throttle", "throttling", judge)
+
+
+def _fabric_ports(ev: Evidence, th: Thresholds) -> list[IbPortEvidence]:
+    wanted = th.get("ib", "devices")
+    ports = ev.ib_ports or []
+    if wanted:
+        return [p for p in ports if p.device in wanted]
+    return [p for p in ports if (p.link_layer or "InfiniBand") == "InfiniBand"]
+
+
+def check_ib_ports(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
+    if ev.ib_ports is None:
+        return [_unknown(ev, "ib-port", "InfiniBand ports")]
+    want_rate, want_layer = float(th.get("ib", "expected_rate_gbps")), th.get("ib", "link_layer")
+    wanted = th.get("ib", "devices")
+    ports = _fabric_ports(ev, th)
+    verdicts: list[Verdict] = []
+    present = {p.device for p in ports}
+    for dev in wanted:
+        if dev not in present:
+            verdicts.append(
+                _v(ev, "ib-port", Status.FAIL, f"{dev} missing", short=f"{dev} missing", device=dev)
+            )
+    for p in ports:
+        name = f"{p.device}/{p.port}"
+        problems: list[str] = []
+        if p.state is None or p.phys_state is None or p.rate_gbps is None:
+            verdicts.append(_v(ev, "ib-port", Status.UNKNOWN, f"{name}: state not reported", short="no data"))
+            continue
+        if p.state.upper() != "ACTIVE":
+            problems.append(f"state {p.state}")
+        if p.phys_state.lower() != "linkup":
+            problems.append(f"phys {p.phys_state}")
+        if p.rate_gbps < want_rate:
+            problems.append(f"rate {p.rate_gbps:g} < {want_rate:g}")
+        if wanted and p.link_layer is not None and p.link_layer != want_layer:
+            problems.append(f"link layer {p.link_layer}")
+        if problems:
+            verdicts.append(
+                _v(
+                    ev,
+                    "ib-port",
+                    Status.FAIL,
+                    f"{name}: {', '.join(problems)}",
+                    short=f"{p.device} {problems[0]}",
+                    device=p.device,
+                    port=p.port,
+                    state=p.state,
+                    phys_state=p.phys_state,
+                    rate_gbps=p.rate_gbps,
+                    link_layer=p.link_layer,
+                )
+            )
+    if not ports and not wanted:
+        verdicts.append(_v(ev, "ib-port", Status.FAIL, "no InfiniBand port found", short="no ib ports"))
+    return verdicts or [_v(ev, "ib-port", Status.OK, f"{len(ports)} ports active at {want_rate:g} Gb/s")]
+
+
+def check_ib_errors(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
+    if ev.ib_ports is None:
+        return [_unknown(ev, "ib-errors", "InfiniBand error counters")]
+    fail_at: dict[str, int] = th.get("ib", "counters_fail")
+    warn_at: dict[str, int] = th.get("ib", "counters_warn")
+    verdicts: list[Verdict] = []
+    for p in _fabric_ports(ev, th):
+        if p.counter_deltas is None:
+            verdicts.append(
+                _v(
+                    ev,
+                    "ib-errors",
+                    Status.UNKNOWN,
+                    f"{p.device}/{p.port}: no counter deltas",
+                    short="no data",
+                )
+            )
+            continue
+        for levels, status in ((fail_at, Status.FAIL), (warn_at, Status.WARN)):
+            hits = {
+                k: p.counter_deltas.get(k, 0)
+                for k, lim in levels.items()
+                if lim and p.counter_deltas.get(k, 0) >= lim
+            }
+            if hits:
+                first = next(iter(hits))
+                verdicts.append(
+                    _v(
+                        ev,
+                        "ib-errors",
+                        status,
+                        f"{p.device}/{p.port}: " + ", ".join(f"+{v} {k}" for k, v in hits.items()),
+                        short=f"{p.device} +{hits[first]} {first}",
+                        device=p.device,
+                        port=p.port,
+                        increase=hits,
+                        window_seconds=p.window_seconds,
+                    )
+                )
+                break
+    return verdicts or [_v(ev, "ib-errors", Status.OK, "no InfiniBand error counter over threshold")]
+
+
+def check_mounts(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
+    required: list[dict[str, str]] = th.get("mounts", "required")
+    if not required:
+        return []
+    if ev.mounts is None:
+        return [_unknown(ev, "mount", "mounts")]
+    seen = {m.path: m for m in ev.mounts}
+    verdicts: list[Verdict] = []
+    for req in required:
+        m = seen.get(req["path"])
+        if m is None or m.present is False:
+            verdicts.append(
+                _v(ev, "mount", Status.FAIL, f"{req['path']} not mounted", short=f"{req['path']} missing")
+            )
+        elif m.responsive is None:
+            verdicts.append(
+                _v(ev, "mount", Status.UNKNOWN, f"{req['path']}: responsiveness unknown", short="no data")
+            )
+        elif not m.responsive:
+            verdicts.append(
+                _v(
+                    ev,
+                    "mount",
+                    Status.FAIL,
+                    f"{req['path']} not responding: {m.detail}",
+                    short=f"{req['path']} hung",
+                    detail=m.detail,
+                )
+            )
+    return verdicts or [_v(ev, "mount", Status.OK, f"{len(required)} mounts present and responsive")]
+
+
+def check_slurmd(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
+    if not th.get("slurmd", "required"):
+        return []
+    if ev.slurmd_alive is None:
+        return [_unknown(ev, "slurmd", "slurmd liveness")]
+    if not ev.slurmd_alive:
+        return [_v(ev, "slurmd", Status.FAIL, "slurmd not running", short="slurmd down")]
+    return [_v(ev, "slurmd", Status.OK, "slurmd running")]
+
+
+CATALOGUE: tuple[Check, ...] = (
+    Check("gpu-count", "gpu_count", "GPU count against the inventory", check_gpu_count),
+    Check("gpu-xid", "xid", "XID events, classified by NVIDIA's catalog", check_xid),
+    Check("gpu-ecc-dbe", "ecc", "uncorrectable (double-bit) ECC errors", check_ecc_dbe),
+    Check("gpu-ecc-sbe-rate", "ecc_sbe_rate", "correctable (single-bit) ECC error rate", check_ecc_sbe_rate),
+    Check("gpu-retired-pages", "retired_pages", "retired memory pages", check_retired_pages),
+    Check("gpu-row-remap", "row_remap", "row remapping pending or failed", check_row_remap),
+    Check("gpu-nvlink", "nvlink", "NVLink link state", check_nvlink),
+    Check("gpu-nvlink-crc", "nvlink_crc", "NVLink CRC error rate", check_nvlink_crc),
+    Check("gpu-pcie", "pcie", "PCIe link generation and width", check_pcie),
+    Check("gpu-throttle", "throttle", "hardware thermal and power throttling", check_throttle),
+    Check("ib-port", "ib", "InfiniBand port state, physical state, rate, link layer", check_ib_ports),
+    Check("ib-errors", "ib_errors", "InfiniBand error counter increases", check_ib_errors),
+    Check("mount", "mounts", "required mounts present and responsive", check_mounts),
+    Check("slurmd", "slurmd", "slurmd alive", check_slurmd),
+)
+CODES = frozenset(c.code for c in CATALOGUE) | {"evidence"}

@@ -1,0 +1,56 @@
+"""Judge: run the catalogue over every node's evidence and roll verdicts up per node."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from opsctl.checks.catalogue import CATALOGUE
+from opsctl.checks.model import Status, Verdict, worst
+from opsctl.checks.thresholds import Thresholds
+from opsctl.evidence.model import Evidence
+
+
+@dataclass
+class NodeReport:
+    node: str
+    status: Status
+    verdicts: list[Verdict] = field(default_factory=list)
+    source: str = ""
+
+    @property
+    def problems(self) -> list[Verdict]:
+        return [v for v in self.verdicts if v.status is not Status.OK]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "status": self.status.value,
+            "source": self.source,
+            "verdicts": [v.to_json() for v in self.verdicts],
+        }
+
+
+def judge_node(ev: Evidence, th: Thresholds, now: float) -> NodeReport:
+    if not ev.reachable:
+        # No facts at all: one UNKNOWN, never a reason to drain.
+        v = Verdict(
+            "evidence",
+            Status.UNKNOWN,
+            ev.node,
+            None,
+            ev.error or "no evidence",
+            {"source": ev.source, "short": "no evidence"},
+        )
+        return NodeReport(ev.node, Status.UNKNOWN, [v], ev.source)
+    verdicts: list[Verdict] = []
+    for check in CATALOGUE:
+        if check.fact not in ev.provides:
+            continue
+        verdicts.extend(check.fn(ev, th, now))
+    return NodeReport(ev.node, worst([v.status for v in verdicts]), verdicts, ev.source)
+
+
+def judge(evidence: Iterable[Evidence], th: Thresholds, now: float) -> list[NodeReport]:
+    return [judge_node(ev, th, now) for ev in sorted(evidence, key=lambda e: e.node)]

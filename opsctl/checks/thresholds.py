@@ -1,0 +1,81 @@
+"""Thresholds are data: a TOML file shipped with the package, merged with a site override."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from opsctl.errors import ConfigError
+
+XID_CLASSES = ("ignore", "restart_app", "reset_gpu", "reboot", "replace")
+DRAIN_CLASSES = frozenset({"reset_gpu", "reboot", "replace"})
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any], where: str = "") -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        here = f"{where}.{key}" if where else key
+        if key not in base and where not in ("xid.classes", "ib.counters_fail", "ib.counters_warn"):
+            raise ConfigError(f"thresholds: unknown key {here!r}")
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            out[key] = _merge(base[key], value, here)
+        else:
+            out[key] = value
+    return out
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, section: str, key: str) -> Any:
+        return self.data[section][key]
+
+    def xid_class(self, xid: int) -> str:
+        classes: dict[str, str] = self.data["xid"]["classes"]
+        return classes.get(str(xid), self.data["xid"]["default_class"])
+
+
+def default_data() -> dict[str, Any]:
+    text = resources.files("opsctl.checks").joinpath("thresholds.toml").read_text(encoding="utf-8")
+    return tomllib.loads(text)
+
+
+def load_thresholds(override: str | Path | dict[str, Any] | None = None) -> Thresholds:
+    """Defaults merged with an override file (or mapping); any bad value is a ConfigError."""
+    data = default_data()
+    if override is not None:
+        if isinstance(override, dict):
+            over = override
+        else:
+            try:
+                over = tomllib.loads(Path(override).read_text(encoding="utf-8"))
+            except FileNotFoundError as exc:
+                raise ConfigError(f"thresholds file not found: {override}") from exc
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(f"thresholds file {override}: {exc}") from exc
+        data = _merge(data, over)
+    _validate(data)
+    return Thresholds(data)
+
+
+def _validate(data: dict[str, Any]) -> None:
+    for xid, cls in data["xid"]["classes"].items():
+        if not str(xid).isdigit() or cls not in XID_CLASSES:
+            raise ConfigError(
+                f"thresholds: xid.classes.{xid} = {cls!r}; classes are {', '.join(XID_CLASSES)}"
+            )
+    if data["xid"]["default_class"] not in XID_CLASSES:
+        raise ConfigError(f"thresholds: xid.default_class must be one of {', '.join(XID_CLASSES)}")
+    for key in ("thermal", "power_brake"):
+        if data["throttle"][key] not in ("OK", "WARN", "FAIL"):
+            raise ConfigError(f"thresholds: throttle.{key} must be OK, WARN or FAIL")
+    if not isinstance(data["gpu"]["expected_per_node"], int) or data["gpu"]["expected_per_node"] < 0:
+        raise ConfigError("thresholds: gpu.expected_per_node must be a non-negative integer")
+    for section in ("counters_fail", "counters_warn"):
+        for name, value in data["ib"][section].items():
+            if not isinstance(value, int) or value < 0:
+                raise ConfigError(f"thresholds: ib.{section}.{name} must be a non-negative integer")

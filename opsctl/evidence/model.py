@@ -1,0 +1,106 @@
+"""The data that flows from evidence sources to checks.
+
+``None`` always means "this source did not tell us", never "zero" or "fine": a check that meets
+``None`` answers UNKNOWN (or is skipped when the source never provides that fact at all).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# Names of the facts a source may provide; checks declare which one they need.
+FACTS = (
+    "gpu_count",
+    "xid",
+    "ecc",
+    "ecc_sbe_rate",
+    "retired_pages",
+    "row_remap",
+    "nvlink",
+    "nvlink_crc",
+    "pcie",
+    "throttle",
+    "ib",
+    "ib_errors",
+    "mounts",
+    "slurmd",
+)
+
+
+@dataclass
+class XidEvent:
+    xid: int
+    gpu: int | None = None
+    count: int = 1
+    time: float | None = None  # unix seconds of the (last) occurrence, when known
+    boot_id: str = ""  # the kernel boot the event belongs to, when known
+    message: str = ""
+
+
+@dataclass
+class GpuEvidence:
+    index: int
+    uuid: str = ""
+    pci_bus_id: str = ""
+    model: str = ""
+    ecc_dbe_volatile: int | None = None
+    ecc_sbe_volatile: int | None = None
+    ecc_sbe_per_hour: float | None = None  # rate over the source's window
+    retired_pages_sbe: int | None = None
+    retired_pages_dbe: int | None = None
+    retired_pages_pending: bool | None = None
+    remap_uncorrectable: int | None = None
+    remap_pending: bool | None = None
+    remap_failure: bool | None = None
+    nvlink_links_total: int | None = None
+    nvlink_links_down: int | None = None
+    nvlink_crc_per_second: float | None = None
+    pcie_gen: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    thermal_throttle: bool | None = None
+    power_throttle: bool | None = None  # hardware power brake, not the normal software cap
+    temperature_c: float | None = None
+
+
+@dataclass
+class IbPortEvidence:
+    device: str
+    port: int
+    state: str | None = None  # ACTIVE, DOWN, INIT, ARMED (upper case, as sysfs prints it)
+    phys_state: str | None = None  # LinkUp, Disabled, Polling, ...
+    rate_gbps: float | None = None
+    link_layer: str | None = None
+    counter_deltas: dict[str, int] | None = None  # increase over the source's window
+    window_seconds: float | None = None
+
+
+@dataclass
+class MountEvidence:
+    path: str
+    fstype: str = ""
+    present: bool | None = None
+    responsive: bool | None = None
+    detail: str = ""
+
+
+@dataclass
+class Evidence:
+    """Everything one source learned about one node in one collection."""
+
+    node: str
+    source: str
+    collected_at: float
+    reachable: bool = True
+    error: str = ""  # why the node could not be read (unreachable, stale series, ...)
+    boot_id: str = ""  # current kernel boot, when known: XIDs of earlier boots are history
+    gpu_count: int | None = None
+    gpus: list[GpuEvidence] = field(default_factory=list)
+    xids: list[XidEvent] | None = None
+    ib_ports: list[IbPortEvidence] | None = None
+    mounts: list[MountEvidence] | None = None
+    slurmd_alive: bool | None = None
+    provides: frozenset[str] = frozenset()  # facts this source reports for every node
+    raw: dict[str, Any] = field(default_factory=dict)  # source-specific extra detail

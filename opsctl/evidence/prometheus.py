@@ -1,0 +1,335 @@
+"""dcgm-exporter and node_exporter series, read through Prometheus for all nodes at once.
+
+Three instant queries cover the whole cluster, whatever its size (they run concurrently):
+
+1. ``timestamp(DCGM_FI_DEV_GPU_TEMP)``: which GPUs of which node report, and how fresh.
+2. one regex selector over the gauges the checks read (ECC, retired pages, row remap, PCIe,
+   throttle reasons, XID, InfiniBand port state and rate).
+3. one ``increase(...)`` per counter, joined with ``or`` and labelled with the counter's name.
+
+A node with no fresh GPU series is UNKNOWN (``reachable=False``), never healthy, and never a
+reason to drain. A fact whose series exist for no node at all is not "provided" and its check is
+skipped rather than reported UNKNOWN everywhere.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections import defaultdict
+from typing import Any
+
+from opsctl.errors import Unreachable
+from opsctl.evidence.model import Evidence, GpuEvidence, IbPortEvidence, XidEvent
+
+FRESHNESS_METRIC = "DCGM_FI_DEV_GPU_TEMP"
+GAUGES = (
+    "DCGM_FI_DEV_XID_ERRORS",  # value of the LAST XID only; used when the count series is absent
+    "DCGM_EXP_XID_ERRORS_COUNT",  # per-XID count within the exporter's window (label xid)
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "DCGM_FI_DEV_RETIRED_SBE",
+    "DCGM_FI_DEV_RETIRED_DBE",
+    "DCGM_FI_DEV_RETIRED_PENDING",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "DCGM_FI_DEV_ROW_REMAP_PENDING",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_PCIE_LINK_GEN",
+    "DCGM_FI_DEV_PCIE_LINK_WIDTH",
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",  # DCGM < 3.3 name of the bitmask
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",  # DCGM >= 3.3 name
+    "node_infiniband_state_id",
+    "node_infiniband_physical_state_id",
+    "node_infiniband_rate_bytes_per_second",
+)
+# counter series -> name used in evidence (the sysfs counter name for InfiniBand)
+COUNTERS = {
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": "ecc_sbe",
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": "nvlink_crc",
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": "nvlink_crc",
+    "node_infiniband_link_downed_total": "link_downed",
+    "node_infiniband_symbol_error_total": "symbol_error",
+    "node_infiniband_port_errors_received_total": "port_rcv_errors",
+    "node_infiniband_link_error_recovery_total": "link_error_recovery",
+    "node_infiniband_local_link_integrity_errors_total": "local_link_integrity_errors",
+    "node_infiniband_excessive_buffer_overrun_errors_total": "excessive_buffer_overrun_errors",
+    "node_infiniband_port_receive_remote_physical_errors_total": "port_rcv_remote_physical_errors",
+    "node_infiniband_port_transmit_discards_total": "port_xmit_discards",
+}
+# NVML clock event reason bits (nvml.h nvmlClocksEventReason*)
+HW_THERMAL_SLOWDOWN = 0x40
+HW_POWER_BRAKE_SLOWDOWN = 0x80
+# IB port states as the kernel numbers them (sysfs "4: ACTIVE", "5: LinkUp")
+IB_STATES = {1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
+IB_PHYS_STATES = {
+    1: "Sleep",
+    2: "Polling",
+    3: "Disabled",
+    4: "PortConfigurationTraining",
+    5: "LinkUp",
+    6: "LinkErrorRecovery",
+    7: "PhyTest",
+}
+
+Series = dict[str, Any]
+
+
+def node_of(labels: dict[str, str]) -> str | None:
+    """dcgm-exporter used ``Hostname`` and later ``hostname``; node_exporter series carry the node
+    in ``instance`` (host:port) unless relabelled to ``node``/``nodename``."""
+    for key in ("Hostname", "hostname", "node", "nodename"):
+        if labels.get(key):
+            return labels[key]
+    instance = labels.get("instance", "")
+    if instance:
+        return instance.rsplit(":", 1)[0] if instance.count(":") == 1 else instance
+    return None
+
+
+class PrometheusSource:
+    name = "prometheus"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        stale_after: float = 30.0,
+        window_seconds: int = 600,
+        timeout: float = 5.0,
+        query_fn: Any = None,
+    ) -> None:
+        self.url = url
+        self.stale_after = stale_after
+        self.window_seconds = window_seconds
+        self.timeout = timeout
+        self._query_fn = query_fn
+
+    # -- I/O ----------------------------------------------------------------------------------
+    def _client_query(self) -> Any:
+        if self._query_fn is not None:
+            return self._query_fn
+        from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+        from requests import RequestException
+
+        client = PrometheusConnect(url=self.url, disable_ssl=True, timeout=self.timeout)
+
+        def query(q: str) -> list[Series]:
+            try:
+                return list(client.custom_query(q))
+            except (RequestException, PrometheusApiClientException) as exc:
+                raise Unreachable(f"prometheus at {self.url}: {exc.__class__.__name__}: {exc}"[:300]) from exc
+
+        return query
+
+    def queries(self) -> dict[str, str]:
+        w = f"{self.window_seconds}s"
+        counters = " or ".join(
+            f'label_replace(increase({name}[{w}]), "counter", "{name}", "", "")' for name in COUNTERS
+        )
+        return {
+            "fresh": f"timestamp({FRESHNESS_METRIC})",
+            "gauges": '{__name__=~"' + "|".join(GAUGES) + '"}',
+            "counters": counters,
+        }
+
+    def collect(self, nodes: list[str], now: float) -> list[Evidence]:
+        query = self._client_query()
+        qs = self.queries()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(qs)) as pool:
+            futures = {key: pool.submit(query, q) for key, q in qs.items()}
+            results = {key: f.result() for key, f in futures.items()}
+        return build_evidence(nodes, results, now, self.stale_after, self.window_seconds)
+
+
+# -- pure: query results -> evidence ----------------------------------------------------------
+def _value(s: Series) -> float:
+    return float(s["value"][1])
+
+
+def _gpu(labels: dict[str, str]) -> int | None:
+    g = labels.get("gpu")
+    return int(g) if g is not None and g.isdigit() else None
+
+
+def build_evidence(
+    nodes: list[str], results: dict[str, list[Series]], now: float, stale_after: float, window_seconds: int
+) -> list[Evidence]:
+    fresh: dict[str, dict[int, float]] = defaultdict(dict)
+    uuids: dict[tuple[str, int], dict[str, str]] = {}
+    for s in results.get("fresh", []):
+        node, gpu = node_of(s["metric"]), _gpu(s["metric"])
+        if node is None or gpu is None:
+            continue
+        fresh[node][gpu] = max(_value(s), fresh[node].get(gpu, 0.0))
+        uuids[(node, gpu)] = s["metric"]
+    gauges: dict[str, dict[str, list[Series]]] = defaultdict(lambda: defaultdict(list))
+    families: set[str] = set()
+    for s in results.get("gauges", []):
+        node, name = node_of(s["metric"]), s["metric"].get("__name__", "")
+        if node is not None:
+            gauges[node][name].append(s)
+            families.add(name)
+    counters: dict[str, dict[str, list[Series]]] = defaultdict(lambda: defaultdict(list))
+    for s in results.get("counters", []):
+        node, name = node_of(s["metric"]), s["metric"].get("counter", "")
+        if node is not None:
+            counters[node][COUNTERS.get(name, name)].append(s)
+            families.add(name)
+    provides = _provides(families)
+    out: list[Evidence] = []
+    for node in nodes:
+        stamps = fresh.get(node, {})
+        if not stamps:
+            out.append(Evidence(node, "prometheus", now, reachable=False, error="no dcgm-exporter series"))
+            continue
+        age = now - max(stamps.values())
+        if age > stale_after:
+            out.append(
+                Evidence(
+                    node,
+                    "prometheus",
+                    now,
+                    reachable=False,
+                    error=f"dcgm-exporter series stale ({age:.0f}s old)",
+                )
+            )
+            continue
+        live = sorted(g for g, ts in stamps.items() if now - ts <= stale_after)
+        ev = Evidence(node, "prometheus", now, gpu_count=len(live), provides=provides)
+        ev.gpus = [
+            _gpu_evidence(g, uuids[(node, g)], gauges[node], counters[node], window_seconds) for g in live
+        ]
+        if "xid" in provides:
+            ev.xids = _xids(gauges[node], now)
+        if "ib" in provides:
+            ev.ib_ports = _ib_ports(gauges[node], counters[node], window_seconds, "ib_errors" in provides)
+        out.append(ev)
+    return out
+
+
+def _provides(families: set[str]) -> frozenset[str]:
+    p = {"gpu_count"}
+    rules = {
+        "xid": ("DCGM_EXP_XID_ERRORS_COUNT", "DCGM_FI_DEV_XID_ERRORS"),
+        "ecc": ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",),
+        "ecc_sbe_rate": ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",),
+        "retired_pages": ("DCGM_FI_DEV_RETIRED_DBE",),
+        "row_remap": ("DCGM_FI_DEV_ROW_REMAP_FAILURE",),
+        "nvlink_crc": (
+            "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+            "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+        ),
+        "pcie": ("DCGM_FI_DEV_PCIE_LINK_GEN",),
+        "throttle": ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"),
+        "ib": ("node_infiniband_state_id",),
+        "ib_errors": tuple(k for k in COUNTERS if k.startswith("node_infiniband")),
+    }
+    for fact, names in rules.items():
+        if families.intersection(names):
+            p.add(fact)
+    return frozenset(p)
+
+
+def _for_gpu(series: list[Series], gpu: int) -> float | None:
+    vals = [_value(s) for s in series if _gpu(s["metric"]) == gpu]
+    return max(vals) if vals else None
+
+
+def _int(v: float | None) -> int | None:
+    return None if v is None else int(v)
+
+
+def _bool(v: float | None) -> bool | None:
+    return None if v is None else v != 0
+
+
+def _gpu_evidence(
+    gpu: int, labels: dict[str, str], g: dict[str, list[Series]], c: dict[str, list[Series]], window: int
+) -> GpuEvidence:
+    reasons = _for_gpu(g["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"] or g["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"], gpu)
+    sbe = _for_gpu(c["ecc_sbe"], gpu)
+    crc_series = [s for s in c["nvlink_crc"] if _gpu(s["metric"]) == gpu]
+    remap_failure = _bool(_for_gpu(g["DCGM_FI_DEV_ROW_REMAP_FAILURE"], gpu))
+    remap_pending = _bool(_for_gpu(g["DCGM_FI_DEV_ROW_REMAP_PENDING"], gpu))
+    if remap_failure is not None and remap_pending is None:
+        remap_pending = False  # the pending field is absent from older exporters' default set
+    return GpuEvidence(
+        index=gpu,
+        uuid=labels.get("UUID", ""),
+        pci_bus_id=labels.get("pci_bus_id", ""),
+        model=labels.get("modelName", ""),
+        ecc_dbe_volatile=_int(_for_gpu(g["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"], gpu)),
+        ecc_sbe_per_hour=None if sbe is None else sbe * 3600.0 / window,
+        retired_pages_sbe=_int(_for_gpu(g["DCGM_FI_DEV_RETIRED_SBE"], gpu)),
+        retired_pages_dbe=_int(_for_gpu(g["DCGM_FI_DEV_RETIRED_DBE"], gpu)),
+        retired_pages_pending=_bool(_for_gpu(g["DCGM_FI_DEV_RETIRED_PENDING"], gpu)),
+        remap_uncorrectable=_int(_for_gpu(g["DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"], gpu)),
+        remap_pending=remap_pending,
+        remap_failure=remap_failure,
+        nvlink_crc_per_second=(sum(_value(s) for s in crc_series) / window) if crc_series else None,
+        pcie_gen=_int(_for_gpu(g["DCGM_FI_DEV_PCIE_LINK_GEN"], gpu)),
+        pcie_width=_int(_for_gpu(g["DCGM_FI_DEV_PCIE_LINK_WIDTH"], gpu)),
+        thermal_throttle=None if reasons is None else bool(int(reasons) & HW_THERMAL_SLOWDOWN),
+        power_throttle=None if reasons is None else bool(int(reasons) & HW_POWER_BRAKE_SLOWDOWN),
+    )
+
+
+def _xids(g: dict[str, list[Series]], now: float) -> list[XidEvent]:
+    counted = g.get("DCGM_EXP_XID_ERRORS_COUNT") or []
+    if counted:
+        # Each series is one (gpu, xid) with its count inside the exporter's window: current.
+        return [
+            XidEvent(xid=int(s["metric"]["xid"]), gpu=_gpu(s["metric"]), count=int(_value(s)), time=now)
+            for s in counted
+            if s["metric"].get("xid", "").isdigit() and _value(s) > 0
+        ]
+    # Only the last XID per GPU is known, and not when it happened: treat a non-zero value as
+    # current. It stays until the driver reloads, so the count series is strongly preferred.
+    return [
+        XidEvent(
+            xid=int(_value(s)), gpu=_gpu(s["metric"]), time=None, message="last XID (DCGM_FI_DEV_XID_ERRORS)"
+        )
+        for s in g.get("DCGM_FI_DEV_XID_ERRORS") or []
+        if _value(s) > 0
+    ]
+
+
+def _ib_ports(
+    g: dict[str, list[Series]], c: dict[str, list[Series]], window: int, with_counters: bool
+) -> list[IbPortEvidence]:
+    ports: dict[tuple[str, int], IbPortEvidence] = {}
+
+    def port(s: Series) -> IbPortEvidence | None:
+        dev, num = s["metric"].get("device"), s["metric"].get("port", "")
+        if not dev or not num.isdigit():
+            return None
+        key = (dev, int(num))
+        if key not in ports:
+            ports[key] = IbPortEvidence(
+                device=dev,
+                port=int(num),
+                counter_deltas={} if with_counters else None,
+                window_seconds=float(window) if with_counters else None,
+            )
+        return ports[key]
+
+    for s in g.get("node_infiniband_state_id") or []:
+        p = port(s)
+        if p:
+            p.state = IB_STATES.get(int(_value(s)), str(int(_value(s))))
+    for s in g.get("node_infiniband_physical_state_id") or []:
+        p = port(s)
+        if p:
+            p.phys_state = IB_PHYS_STATES.get(int(_value(s)), str(int(_value(s))))
+    for s in g.get("node_infiniband_rate_bytes_per_second") or []:
+        p = port(s)
+        if p:
+            p.rate_gbps = _value(s) * 8 / 1e9
+    if with_counters:
+        for name, series in c.items():
+            if name in ("ecc_sbe", "nvlink_crc"):
+                continue
+            for s in series:
+                p = port(s)
+                if p and p.counter_deltas is not None:
+                    # increase() extrapolates; round to whole events
+                    p.counter_deltas[name] = round(_value(s))
+    return sorted(ports.values(), key=lambda p: (p.device, p.port))

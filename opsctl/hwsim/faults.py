@@ -1,0 +1,227 @@
+"""Faults that change a node's simulated hardware the way the real failure would show in its tools.
+
+A fault spec is ``NAME[=VALUE][,KEY=VALUE...]``, for example ``xid=79``, ``xid=79,gpu=3``,
+``ecc_dbe,gpu=2``, ``gpu_missing=3``, ``ib_down=mlx5_2``. ``heal`` returns the node to its healthy,
+seeded self (as a repaired, rebooted node would be: counters and the kernel log start again).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from opsctl.errors import UsageError
+from opsctl.hwsim.state import Gpu, NodeHardware, XidEvent, make_node
+
+
+class FaultError(UsageError):
+    """An unknown fault name or a bad fault argument; the state was not changed."""
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    name: str
+    value: str | None
+    params: dict[str, str]
+
+
+# What the kernel prints after "Xid (PCI:...): N, pid=..., name=..., " for the XIDs we model.
+XID_MESSAGES: dict[int, str] = {
+    13: "Graphics Exception: ESR 0x514730=0x1f000000 0x514734=0x0 0x514728=0x4c1eb72 0x51472c=0x0",
+    31: "Ch 00000010, intr 10000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f2a_12340000. "
+    "Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ",
+    43: "Ch 00000008",
+    45: "Ch 00000008",
+    48: "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at "
+    "partition 6, subpartition 0.",
+    63: "Row remapping event: Row remapping pending. Reset the GPU to remap the affected rows.",
+    64: "Row Remapper Error: (0x00000002eebc4100) - All reserved rows for bank are remapped",
+    74: "NVLink: fatal error detected on link 3(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)",
+    79: "GPU has fallen off the bus.",
+    92: "High single-bit ECC error rate detected",
+    94: "Ch 00000008",
+    95: "Uncontained: SM ECC. RST: Yes, D-RST: No",
+    119: "Timeout after 6s of waiting for RPC response from GPU{gpu} GSP! Expected function 76 "
+    "(GSP_RM_CONTROL) (0x20801813 0x4c).",
+}
+# XIDs the driver reports outside any process context (pid='<unknown>').
+_NO_PROCESS_XIDS = {48, 63, 64, 74, 79, 92, 95}
+# XIDs after which nvidia-smi reports that the GPU needs a reset.
+_RESET_XIDS = {48, 64, 74, 79, 95, 119}
+
+
+def parse_spec(spec: str) -> FaultSpec:
+    parts = [p.strip() for p in spec.split(",") if p.strip()]
+    if not parts:
+        raise FaultError("empty fault spec")
+    head, _, value = parts[0].partition("=")
+    params: dict[str, str] = {}
+    for p in parts[1:]:
+        key, eq, val = p.partition("=")
+        if not eq or not key or not val:
+            raise FaultError(f"bad fault parameter {p!r} in {spec!r} (want KEY=VALUE)")
+        params[key] = val
+    return FaultSpec(head, value or None, params)
+
+
+def _int(spec: FaultSpec, text: str | None, what: str, default: int | None = None) -> int:
+    if text is None:
+        if default is None:
+            raise FaultError(f"fault {spec.name!r} needs {what}")
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise FaultError(f"fault {spec.name!r}: {what} must be an integer, not {text!r}") from None
+
+
+def _gpu(state: NodeHardware, spec: FaultSpec, text: str | None) -> Gpu:
+    index = _int(spec, text, "a GPU index", default=0)
+    try:
+        return state.gpu(index)
+    except KeyError:
+        raise FaultError(f"fault {spec.name!r}: no GPU {index} (0-{len(state.gpus) - 1})") from None
+
+
+def add_xid(state: NodeHardware, gpu: Gpu, xid: int, *, now: float | None = None) -> None:
+    message = XID_MESSAGES.get(xid, "Xid event").replace("{gpu}", str(gpu.index))
+    no_process = xid in _NO_PROCESS_XIDS
+    state.xids.append(
+        XidEvent(
+            time=time.time() if now is None else now,
+            gpu=gpu.index,
+            xid=xid,
+            pid=None if no_process else 4000000 + (state.seed + len(state.xids)) % 900000,
+            process="<unknown>" if no_process else "python3",
+            message=message,
+        )
+    )
+    gpu.last_xid = xid
+    if xid in _RESET_XIDS:
+        gpu.reset_required = True
+        gpu.drain_and_reset_recommended = xid != 79
+
+
+def _xid(state: NodeHardware, spec: FaultSpec) -> None:
+    xid = _int(spec, spec.value, "an XID number (xid=79)")
+    if xid <= 0:
+        raise FaultError(f"fault 'xid': XID must be positive, not {xid}")
+    add_xid(state, _gpu(state, spec, spec.params.get("gpu")), xid)
+
+
+def _ecc_dbe(state: NodeHardware, spec: FaultSpec) -> None:
+    gpu = _gpu(state, spec, spec.params.get("gpu", spec.value))
+    count = _int(spec, spec.params.get("count"), "count", default=1)
+    gpu.ecc_dbe_volatile += count
+    gpu.ecc_dbe_aggregate += count
+    # Hopper repairs HBM by remapping rows rather than retiring pages; the remap waits for a reset.
+    gpu.remapped_rows_uncorrectable += count
+    gpu.remapped_rows_pending = True
+    add_xid(state, gpu, 48)
+
+
+def _ecc_sbe(state: NodeHardware, spec: FaultSpec) -> None:
+    gpu = _gpu(state, spec, spec.params.get("gpu", spec.value))
+    count = _int(spec, spec.params.get("count"), "count", default=100)
+    gpu.ecc_sbe_volatile += count
+    gpu.ecc_sbe_aggregate += count
+
+
+def _row_remap_failure(state: NodeHardware, spec: FaultSpec) -> None:
+    gpu = _gpu(state, spec, spec.params.get("gpu", spec.value))
+    gpu.remapped_rows_failure = True
+    gpu.remapped_rows_pending = False
+    gpu.remapped_rows_uncorrectable += 8
+    add_xid(state, gpu, 64)
+
+
+def _gpu_missing(state: NodeHardware, spec: FaultSpec) -> None:
+    gpu = _gpu(state, spec, spec.value if spec.value is not None else spec.params.get("gpu"))
+    gpu.present = False
+
+
+def _ib_down(state: NodeHardware, spec: FaultSpec) -> None:
+    name = spec.value or spec.params.get("hca") or "mlx5_0"
+    try:
+        hca = state.hca(name)
+    except KeyError:
+        names = ", ".join(h.name for h in state.hcas)
+        raise FaultError(f"fault 'ib_down': no HCA {name!r} (have {names})") from None
+    if hca.state != "Down":
+        hca.counters["link_downed"] += 1
+        hca.counters["symbol_error"] += 37
+    hca.state = "Down"
+    hca.physical_state = "Polling"  # port enabled, no peer: what a dead cable or switch port shows
+    hca.rate_gbps = 10
+
+
+def _nvlink_down(state: NodeHardware, spec: FaultSpec) -> None:
+    gpu = _gpu(state, spec, spec.params.get("gpu", spec.value))
+    link = _int(spec, spec.params.get("link"), "link", default=0)
+    if not 0 <= link < len(gpu.nvlinks):
+        raise FaultError(f"fault 'nvlink_down': no NVLink {link}")
+    gpu.nvlinks[link].up = False
+    gpu.nvlinks[link].crc_flit_errors += 1024
+    add_xid(state, gpu, 74)
+
+
+def _thermal(state: NodeHardware, spec: FaultSpec) -> None:
+    gpu = _gpu(state, spec, spec.params.get("gpu", spec.value))
+    gpu.temperature_c = 92
+    gpu.memory_temperature_c = 99
+    gpu.clock_event_reasons = 0x20 | 0x40  # SW thermal + HW thermal slowdown
+    gpu.sm_clock_mhz = 1095
+
+
+def _exporter_down(state: NodeHardware, spec: FaultSpec) -> None:
+    which = spec.value or "all"
+    if which not in ("all", "dcgm", "node"):
+        raise FaultError(f"fault 'exporter_down': want all, dcgm or node, not {which!r}")
+    if which in ("all", "dcgm"):
+        state.dcgm_exporter_up = False
+    if which in ("all", "node"):
+        state.node_exporter_up = False
+
+
+def _slurmd_stopped(state: NodeHardware, spec: FaultSpec) -> None:
+    state.slurmd_up = False
+
+
+FAULTS: dict[str, tuple[Callable[[NodeHardware, FaultSpec], None], str]] = {
+    "xid": (_xid, "xid=N[,gpu=K]: the driver reports XID N on GPU K (default 0)"),
+    "ecc_dbe": (_ecc_dbe, "ecc_dbe[,gpu=K][,count=N]: uncorrectable ECC error (XID 48, row remap pending)"),
+    "ecc_sbe": (_ecc_sbe, "ecc_sbe[,gpu=K][,count=N]: correctable ECC errors"),
+    "row_remap_failure": (_row_remap_failure, "row_remap_failure[,gpu=K]: row remapping failed (XID 64)"),
+    "gpu_missing": (_gpu_missing, "gpu_missing=K: GPU K is gone from the bus and from every tool"),
+    "ib_down": (_ib_down, "ib_down=mlx5_N: that HCA's port goes Down/Polling"),
+    "nvlink_down": (_nvlink_down, "nvlink_down[,gpu=K][,link=L]: an NVLink goes down (XID 74)"),
+    "thermal": (_thermal, "thermal[,gpu=K]: overheating, clocks slowed by thermal events"),
+    "exporter_down": (_exporter_down, "exporter_down[=all|dcgm|node]: the metrics endpoint stops"),
+    "slurmd_stopped": (_slurmd_stopped, "slurmd_stopped: the node's slurmd is stopped"),
+}
+
+
+def fault_help() -> str:
+    return "\n".join(f"  {help_}" for _, help_ in FAULTS.values())
+
+
+def apply_fault(state: NodeHardware, spec: str) -> NodeHardware:
+    """Apply one fault to ``state`` in place (and return it). Unknown or bad faults change nothing."""
+    parsed = parse_spec(spec)
+    entry = FAULTS.get(parsed.name)
+    if entry is None:
+        raise FaultError(f"unknown fault {parsed.name!r}; known: {', '.join(sorted(FAULTS))}")
+    # Apply to a copy first so that a bad argument leaves the state untouched.
+    trial = NodeHardware.from_dict(state.to_dict())
+    entry[0](trial, parsed)
+    trial.faults.append(spec)
+    state.__dict__.update(trial.__dict__)
+    return state
+
+
+def heal(state: NodeHardware, *, now: float | None = None) -> NodeHardware:
+    """Return the node to its healthy seeded hardware, in place (and return it)."""
+    fresh = make_node(state.node, now=now)
+    state.__dict__.update(fresh.__dict__)
+    return state
