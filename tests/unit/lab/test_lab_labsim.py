@@ -7,24 +7,15 @@ from opsctl.lab import faults, labsim
 from opsctl.lab.config import LabConfig
 
 
-def test_wrapper_runs_the_hwsim_tool_on_this_nodes_state_and_says_it_is_simulated() -> None:
-    text = labsim.render_wrapper("nvidia-smi", "gpu-002")
-    lines = text.splitlines()
-    assert lines[0] == "#!/bin/sh"
-    assert "SIMULATED nvidia-smi" in lines[1]
-    assert f"{labsim.STATE_ENV}=${{{labsim.STATE_ENV}:-/var/lib/opsctl-labsim/gpu-002.json}}" in lines
-    assert lines[-1].endswith(f'-m {labsim.TOOLS_MODULE} nvidia-smi "$@"')
-    assert lines[-1].startswith("PYTHONPATH=/opt/opsctl-labsim/lib exec /usr/bin/python3")
-
-
 def test_exporter_unit_serves_port_9400_from_the_nodes_state() -> None:
     parser = configparser.ConfigParser(strict=False, interpolation=None)
     parser.optionxform = str  # type: ignore[assignment,method-assign]
     parser.read_string(labsim.render_exporter_unit("gpu-001"))
     start = parser["Service"]["ExecStart"].split()
     assert start[:3] == ["/usr/bin/python3", "-m", labsim.EXPORTER_MODULE]
-    assert start[start.index("--port") + 1] == "9400"
-    assert start[start.index("--state") + 1] == "/var/lib/opsctl-labsim/gpu-001.json"
+    assert start[start.index("--node") + 1] == "gpu-001=9400"
+    assert start[start.index("--state-dir") + 1] == "/var/lib/hwsim"
+    assert start[start.index("--listen") + 1] == "0.0.0.0"
     assert parser["Install"]["WantedBy"] == "multi-user.target"
 
 
@@ -32,7 +23,7 @@ def test_only_gpu_machines_get_the_state_bind_mount(tmp_path: object) -> None:
     cfg = LabConfig(gpu_nodes=1)
     assert labsim.bind_args(cfg, cfg.head) == []
     (arg,) = labsim.bind_args(cfg, cfg.machine("gpu-001"))
-    assert arg.startswith("--bind=") and arg.endswith(":/var/lib/opsctl-labsim")
+    assert arg.startswith("--bind=") and arg.endswith(":/var/lib/hwsim")
 
 
 def test_faults_are_refused_on_the_head_and_unknown_nodes() -> None:
