@@ -31,6 +31,7 @@ BASE_INCLUDES: tuple[str, ...] = (
 # Timers that would take the dpkg lock (and try the network) while Ansible converges a node.
 MASKED_UNITS: tuple[str, ...] = ("apt-daily.timer", "apt-daily-upgrade.timer", "e2scrub_reap.service")
 IMAGE_VERSION = 1
+DOWNLOAD_MODE = "with-recommends"  # a change here re-downloads everything into the cache
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,8 @@ def _download(rootfs: Path, packages: list[str]) -> list[str]:
         available = [p for p in packages if p in known]
         if available:
             argv: list[str | Path] = ["chroot", rootfs, "apt-get", "install", "-y", "-q", "--download-only"]
-            run([*argv, "--no-install-recommends", *available], env=env, timeout=1800)
+            # With recommends, as apt (and Ansible's apt module) installs them by default in the nodes.
+            run([*argv, *available], env=env, timeout=1800)
     finally:
         resolv.write_text("")
     return [p for p in packages if p not in known]
@@ -124,6 +126,8 @@ def ensure_image(cfg: LabConfig, packages: list[str]) -> BaseImage:
     stamp = root / "packages.json"
     data = _read_json(stamp)
     requested, unavailable = _names(data.get("requested")), _names(data.get("unavailable"))
+    if data.get("download") != DOWNLOAD_MODE:
+        requested = set()
     want = set(packages)
     if not want <= requested:
         # Ask for everything again: apt fetches only what is not in the archive yet.
@@ -131,7 +135,14 @@ def ensure_image(cfg: LabConfig, packages: list[str]) -> BaseImage:
         requested |= want
         tmp = stamp.with_suffix(".tmp")
         tmp.write_text(
-            json.dumps({"requested": sorted(requested), "unavailable": sorted(unavailable)}, indent=1)
+            json.dumps(
+                {
+                    "download": DOWNLOAD_MODE,
+                    "requested": sorted(requested),
+                    "unavailable": sorted(unavailable),
+                },
+                indent=1,
+            )
         )
         os.replace(tmp, stamp)
     return BaseImage(
