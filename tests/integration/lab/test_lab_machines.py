@@ -114,7 +114,7 @@ def test_slurm_lists_gpu_nodes_idle_and_runs_on_both(lab: RunningLab, converged:
 
     states = wait_for("GPU nodes idle in sinfo", idle)
     assert sorted(states) == ["gpu-001", "gpu-002"]
-    run = lab.ssh("head-01", "srun", f"-N{GPU_NODES}", "--gres=gpu:h200:8", "hostname")
+    run = lab.ssh("head-01", "srun", f"-N{GPU_NODES}", "--gres=gpu:8", "hostname")
     assert run.returncode == 0, run.stderr
     assert sorted(run.stdout.split()) == ["gpu-001", "gpu-002"]
 
