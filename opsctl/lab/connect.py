@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,9 +78,10 @@ def _munged_alive(cfg: LabConfig) -> bool:
     try:
         pid = int(munge_pidfile(cfg).read_text().strip())
         os.kill(pid, 0)
+        stat = Path(f"/proc/{pid}/stat").read_text()
     except (OSError, ValueError):
         return False
-    return True
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"  # a zombie has let go of everything
 
 
 def connect(cfg: LabConfig) -> Connection:
@@ -87,7 +89,7 @@ def connect(cfg: LabConfig) -> Connection:
     slurm_dir, munge_dir = base / "slurm", base / "munge"
     slurm_dir.mkdir(parents=True, exist_ok=True)
     munge_dir.mkdir(parents=True, exist_ok=True)
-    munge_dir.chmod(0o700)
+    munge_dir.chmod(0o755)  # munged wants its socket directory reachable by every user
     conf = _fetch(cfg, f"{SLURM_DIR_IN_NODE}/slurm.conf")
     key = _fetch(cfg, "/etc/munge/munge.key")
     if conf is None or key is None:
@@ -134,6 +136,10 @@ def stop_munged(cfg: LabConfig) -> bool:
         return False
     pid = int(munge_pidfile(cfg).read_text().strip())
     os.kill(pid, signal.SIGTERM)
+    # Wait for it to release its socket, so that a new munged can bind it right away.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _munged_alive(cfg):
+        time.sleep(0.1)
     return True
 
 
