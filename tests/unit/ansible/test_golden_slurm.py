@@ -1,0 +1,161 @@
+"""Golden files of slurm.conf, gres.conf and cgroup.conf rendered by the real Ansible for the
+production inventory, from the inventory alone and from hw_facts recorded on genuine samples."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from ClusterShell.NodeSet import NodeSet
+from provisioning_helpers import GOLDEN, REPO, load_library_module, real, run_ansible, sample
+
+from opsctl.parsers.ib_sysfs import parse_flattened
+
+FILES = ("slurm.conf", "gres.conf", "cgroup.conf")
+PLAYBOOK = "tests/unit/ansible/playbooks/render_slurm.yml"
+UPDATE = os.environ.get("OPSCTL_UPDATE_GOLDEN") == "1"
+GPU_NODES = [f"gpu-{i:03d}" for i in range(1, 65)]
+
+
+def render(tmp_path: Path, *extra: str, record_dir: Path | None = None) -> Path:
+    out = tmp_path / "rendered"
+    out.mkdir(exist_ok=True)
+    records = record_dir or tmp_path / "no-recorded-facts"
+    run_ansible(
+        "ansible-playbook",
+        ["-i", "inventory/production", PLAYBOOK, "-e", f"slurm_render_dest={out}", "-e", f"hw_facts_record_dir={records}",
+         "-e", f"ansible_python_interpreter={sys.executable}",
+         # no daemon restarts here: the handlers are for the cluster's hosts
+         "-e", '{"slurm_is_compute": false, "slurm_is_controller": false, "slurm_is_dbd": false}', *extra],
+        tmp_path,
+    )
+    return out
+
+
+def compare(out: Path, golden: Path, names: tuple[str, ...] = FILES) -> None:
+    for name in names:
+        got = (out / name).read_text()
+        if UPDATE:
+            golden.mkdir(parents=True, exist_ok=True)
+            (golden / name).write_text(got)
+        assert got == (golden / name).read_text(), f"{name} differs from {golden / name}"
+
+
+def recorded_sample_facts() -> dict[str, object]:
+    """The hw fact of a node whose hardware is the genuine samples (what hw_facts records)."""
+    mod = load_library_module("hw_facts")
+    return dict(
+        mod.build_hw_facts(
+            nvidia_smi_q=real("nvidia-smi-q.h100x8.535.183.01.gpud.txt"),
+            gpu_numa={},
+            ib_files=parse_flattened(real("sysfs-class-infiniband.h100.mlx5_0.flattened.gpud.txt")),
+            ib_numa={},
+            lsblk_json=sample("lsblk.bytes-paths.gpud.json"),
+            nvme_json=None,
+            cpuinfo=sample("cpuinfo.gvisor-2vcpu.txt"),
+            meminfo=sample("meminfo.gvisor-24g.txt"),
+            nvswitch_count=4,
+            numa_nodes=2,
+        )
+    )
+
+
+def node_lines(conf: str) -> list[tuple[list[str], dict[str, str]]]:
+    out = []
+    for line in conf.splitlines():
+        if line.startswith("NodeName="):
+            fields = dict(f.split("=", 1) for f in line.split())
+            out.append((list(NodeSet(fields.pop("NodeName"))), fields))
+    return out
+
+
+def test_inventory_lists_64_gpu_nodes(tmp_path):
+    proc = run_ansible("ansible-inventory", ["-i", "inventory/production", "--list"], tmp_path)
+    inv = json.loads(proc.stdout)
+    assert inv["gpu_nodes"]["hosts"] == GPU_NODES
+    assert inv["slurm_controller"]["children"] == ["head"]
+
+
+def test_production_golden_from_the_inventory(tmp_path):
+    out = render(tmp_path)
+    compare(out, GOLDEN / "production")
+    lines = node_lines((out / "slurm.conf").read_text())
+    assert len(lines) == 1
+    hosts, attrs = lines[0]
+    assert hosts == GPU_NODES
+    assert attrs["Gres"] == "gpu:h200:8"
+    assert (attrs["CPUs"], attrs["RealMemory"]) == ("224", "2000000")
+
+
+def test_production_golden_from_recorded_facts(tmp_path):
+    facts = recorded_sample_facts()
+    record = json.dumps(facts, indent=4, sort_keys=True) + "\n"
+    if UPDATE:
+        (GOLDEN / "production-recorded").mkdir(parents=True, exist_ok=True)
+        (GOLDEN / "production-recorded" / "hw_facts.sample-node.json").write_text(record)
+    assert record == (GOLDEN / "production-recorded" / "hw_facts.sample-node.json").read_text()
+    records = tmp_path / "recorded"
+    records.mkdir()
+    # gpu-001..gpu-004 have been discovered; the others are still what the inventory declares
+    for host in GPU_NODES[:4]:
+        (records / f"{host}.json").write_text(record)
+    out = render(tmp_path, record_dir=records)
+    compare(out, GOLDEN / "production-recorded")
+    lines = node_lines((out / "slurm.conf").read_text())
+    assert [hosts for hosts, _ in lines] == [GPU_NODES[:4], GPU_NODES[4:]]
+    discovered = lines[0][1]
+    # 2 vCPUs, 24683584 kB of memory in the samples; RealMemory leaves 5% to the OS
+    assert (discovered["CPUs"], discovered["Sockets"], discovered["CoresPerSocket"]) == ("2", "1", "2")
+    assert discovered["RealMemory"] == str(int(24683584 / 1024 * 0.95))
+    assert all(attrs["Gres"] == "gpu:h200:8" for _, attrs in lines)
+    gres = (out / "gres.conf").read_text()
+    assert "NodeName=gpu-[001-004] Name=gpu Type=h200 File=/dev/nvidia[0-7]" in gres
+    assert "NodeName=gpu-[005-064] Name=gpu Type=h200 File=/dev/nvidia[0-7]" in gres
+
+
+def test_a_limited_run_renders_the_same_files(tmp_path):
+    # the play runs on gpu-007 only; node lines still cover the whole compute group
+    out = render(tmp_path, "-e", "render_hosts=slurm_compute", "--limit", "gpu-007")
+    compare(out, GOLDEN / "production")
+
+
+def test_lab_mode_without_cgroup_v2(tmp_path):
+    out = render(tmp_path, "-e", "cgroup_v2_available=false")
+    compare(out, GOLDEN / "lab-mode", ("slurm.conf", "cgroup.conf"))
+    conf = (out / "slurm.conf").read_text()
+    assert "ProctrackType=proctrack/linuxproc" in conf and "TaskPlugin=task/none" in conf
+    assert "JobAcctGatherType=jobacct_gather/linux" in conf
+    assert "PrologFlags=Alloc\n" in conf
+    assert not re.search(r"^Constrain", (out / "cgroup.conf").read_text(), re.M)
+
+
+def test_production_uses_cgroup_v2_and_the_required_plugins():
+    conf = (GOLDEN / "production" / "slurm.conf").read_text()
+    for line in ("SelectType=select/cons_tres", "GresTypes=gpu", "ProctrackType=proctrack/cgroup",
+                 "TaskPlugin=task/cgroup,task/affinity", "JobAcctGatherType=jobacct_gather/cgroup",
+                 "ReturnToService=1", "HealthCheckProgram=/etc/slurm/healthcheck.sh",
+                 "Prolog=/etc/slurm/prolog.d/*", "Epilog=/etc/slurm/epilog.d/*"):
+        assert f"\n{line}\n" in conf
+    cgroup = (GOLDEN / "production" / "cgroup.conf").read_text()
+    for line in ("CgroupPlugin=cgroup/v2", "ConstrainCores=yes", "ConstrainDevices=yes", "ConstrainRAMSpace=yes"):
+        assert f"\n{line}\n" in cgroup
+
+
+def test_a_compute_node_without_facts_or_declaration_is_refused(tmp_path):
+    proc = run_ansible(
+        "ansible-playbook",
+        ["-i", "inventory/production", PLAYBOOK, "-e", f"slurm_render_dest={tmp_path}",
+         "-e", f"hw_facts_record_dir={tmp_path}", "-e", '{"slurm_node_declared": {}}'],
+        tmp_path, check=False,
+    )
+    assert proc.returncode != 0
+    assert "no hardware known for gpu-001: run hw_facts on it once, or set slurm_node_declared" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_golden_files_are_what_the_repository_ships(name):
+    assert (REPO / "tests" / "golden" / "production" / name).is_file()
