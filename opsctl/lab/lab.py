@@ -99,7 +99,10 @@ def wait_ready(cfg: LabConfig, wanted: list[Machine], timeout: float = 180) -> d
                 pending.remove(m)
         if pending and time.monotonic() > deadline:
             seen = ", ".join(f"{m.name}={states.get(m.name)}" for m in pending)
-            raise Unreachable(f"lab machines did not finish booting within {timeout:.0f}s: {seen}")
+            raise Unreachable(
+                f"lab machines did not finish booting within {timeout:.0f}s: {seen} (console logs under "
+                f"{cfg.state_dir}/machines/*/console.log; `opsctl lab down` removes the partial lab)"
+            )
         if pending:
             time.sleep(1)
     return states
