@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import opsctl
-from opsctl.errors import ConfigError, Unreachable
+from opsctl.errors import ConfigError, Refused, Unreachable
 from opsctl.lab import connect, image, inventory, labsim, machines, net
 from opsctl.lab.config import LabConfig, Machine
 from opsctl.lab.packages import collect_packages
@@ -110,10 +110,19 @@ def wait_ready(cfg: LabConfig, wanted: list[Machine], timeout: float = 180) -> d
 
 def up(cfg: LabConfig, inventory_dir: Path = LAB_INVENTORY, *, timeout: float = 180) -> LabStatus:
     """Bring the lab to `cfg`: build/reuse the image, bridge, machines; write the inventory."""
+    live = {p.machine: p for p in machines.running(cfg)}
+    foreign = sorted(n for n, p in live.items() if p.upper != str(cfg.upper_dir(n)))
+    if foreign:
+        # Another lab (another state dir: a test run, a second checkout) owns this bridge; its
+        # machines would not accept our SSH key. Refuse rather than adopt or kill them.
+        owner = Path(live[foreign[0]].upper).parents[2]
+        raise Refused(
+            f"bridge {cfg.bridge} is in use by a lab with state dir {owner} (machines {', '.join(foreign)}); "
+            f"take it down first: OPSCTL_LAB_STATE={owner} opsctl lab down"
+        )
     base = image.ensure_image(cfg, collect_packages(REPO_ROOT))
     public_key = ensure_key(cfg)
     net.ensure_bridge(cfg)
-    live = {p.machine: p for p in machines.running(cfg)}
     wanted = {m.name for m in cfg.machines}
     # Machines from a bigger earlier lab that this one does not have.
     extra = [p for name, p in live.items() if name not in wanted]

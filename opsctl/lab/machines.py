@@ -32,6 +32,7 @@ STANDIN_NOTE = (
 class NspawnProcess:
     pid: int
     machine: str
+    upper: str = ""  # the overlay upper dir, which says which state dir the machine belongs to
 
 
 def _write(path: Path, text: str, mode: int = 0o644) -> None:
@@ -135,7 +136,9 @@ def running(cfg: LabConfig) -> list[NspawnProcess]:
         if not argv or not argv[0].endswith("systemd-nspawn") or bridge_arg not in argv:
             continue
         name = next((a.split("=", 1)[1] for a in argv if a.startswith("--machine=")), "")
-        found.append(NspawnProcess(int(entry), name))
+        overlay = next((a.split("=", 1)[1] for a in argv if a.startswith("--overlay=")), "")
+        parts = overlay.split(":")
+        found.append(NspawnProcess(int(entry), name, parts[1] if len(parts) == 3 else ""))
     return sorted(found, key=lambda p: p.machine)
 
 

@@ -41,6 +41,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
         running.opsctl("up", "--nodes", str(GPU_NODES), "--json", timeout=1800)
         yield running
     finally:
+        # Keep the machines' console logs (pytest keeps its recent temp dirs) for post-mortems.
+        for log in (cfg.state_dir / "machines").glob("*/console.log"):
+            shutil.copy2(log, root / f"console-{log.parent.name}.log")
         running.opsctl("down", check=False, timeout=300)
 
 
