@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from opsctl.errors import EXIT_UNHEALTHY
+from opsctl.errors import EXIT_UNHEALTHY, ConfigError
 
 
 def _inventory_option(f: click.decorators.FC) -> click.decorators.FC:
@@ -66,10 +66,13 @@ def down(dry_run: bool, inventory_dir: Path | None) -> None:
     from opsctl.lab.config import from_env
 
     base = from_env()
+    inv: Path | None
     try:
         cfg, inv = labmod.load_config(base)
-    except Exception:
-        cfg, inv = base, inventory_dir or labmod.LAB_INVENTORY
+    except ConfigError:
+        # No saved state: still clean up this lab's machines and network by bridge and names, but
+        # touch an inventory only when named: the default one may belong to another lab.
+        cfg, inv = base, None
     if dry_run:
         for line in labmod.plan_down(cfg, inventory_dir or inv):
             click.echo(f"would {line}")

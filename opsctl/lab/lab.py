@@ -176,11 +176,13 @@ def lab_mounts(cfg: LabConfig) -> list[str]:
 
 def plan_down(cfg: LabConfig, inventory_dir: Path | None = None) -> list[str]:
     """What `down` would remove, for --dry-run."""
-    plan = [f"stop machine {p.machine} (pid {p.pid})" for p in machines.running(cfg)]
+    procs, foreign = _ours(cfg, machines.running(cfg))
+    plan = [f"stop machine {p.machine} (pid {p.pid})" for p in procs]
     if connect.munge_pidfile(cfg).exists():
         plan.append("stop the host's lab munged")
-    plan += [f"delete veth {v}" for v in net.lab_veths(cfg)]
-    if net.bridge_exists(cfg.bridge):
+    keep = {net.veth_name(n) for n in foreign}
+    plan += [f"delete veth {v}" for v in net.lab_veths(cfg) if v not in keep]
+    if net.bridge_exists(cfg.bridge) and not foreign:
         plan.append(f"delete bridge {cfg.bridge}")
     plan += [f"unmount {m}" for m in lab_mounts(cfg)]
     if inventory_dir is not None and (inventory_dir / inventory.HOSTS_FILE).exists():
@@ -190,20 +192,42 @@ def plan_down(cfg: LabConfig, inventory_dir: Path | None = None) -> list[str]:
     return plan
 
 
+def _ours(
+    cfg: LabConfig, procs: list[machines.NspawnProcess]
+) -> tuple[list[machines.NspawnProcess], list[str]]:
+    """Machines of this lab, or orphans whose state dir is gone; and the names of other labs' machines."""
+    mine, foreign = [], []
+    root = str(cfg.state_dir) + "/"
+    for p in procs:
+        upper = Path(p.upper) if p.upper else None
+        if p.upper.startswith(root) or upper is None or not upper.exists():
+            mine.append(p)
+        else:
+            foreign.append(p.machine)
+    return mine, foreign
+
+
 def down(cfg: LabConfig, inventory_dir: Path | None = None) -> list[str]:
-    """Remove every trace: machines, veths, bridge, mounts, upper dirs, key, generated inventory."""
+    """Remove every trace: machines, veths, bridge, mounts, upper dirs, key, generated inventory.
+
+    Machines another lab (another state dir) runs on the same bridge are left alone, and so is the
+    bridge while they use it.
+    """
     done = []
-    procs = machines.running(cfg)
+    procs, foreign = _ours(cfg, machines.running(cfg))
     if procs:
         machines.stop(procs)
         done.append(f"stopped {len(procs)} machine(s): {', '.join(p.machine for p in procs)}")
     if connect.stop_munged(cfg):
         done.append("stopped the host's lab munged")
-    veths = net.lab_veths(cfg)
+    keep = {net.veth_name(n) for n in foreign}
+    veths = [v for v in net.lab_veths(cfg) if v not in keep]
     if veths:
         net.delete_links(veths)
         done.append(f"deleted veths {', '.join(veths)}")
-    if net.bridge_exists(cfg.bridge):
+    if foreign:
+        done.append(f"kept bridge {cfg.bridge}: another lab's machines use it ({', '.join(foreign)})")
+    elif net.bridge_exists(cfg.bridge):
         net.delete_bridge(cfg)
         done.append(f"deleted bridge {cfg.bridge}")
     for mnt in lab_mounts(cfg):
