@@ -9,7 +9,9 @@ slurm.conf at that socket with AuthInfo, and writes an opsctl.toml that names it
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -40,6 +42,13 @@ def host_dir(cfg: LabConfig) -> Path:
 
 def munge_pidfile(cfg: LabConfig) -> Path:
     return host_dir(cfg) / "munge" / "munged.pid"
+
+
+def munge_socket_dir(cfg: LabConfig) -> Path:
+    """munged insists every directory above its socket is world-searchable, which a private state
+    dir (a test's temp dir) is not; so the socket lives under /run, named after the state dir."""
+    digest = hashlib.sha256(str(cfg.state_dir.resolve()).encode()).hexdigest()[:12]
+    return Path("/run") / f"opsctl-lab-{digest}"
 
 
 def rewrite_slurm_conf(text: str, addresses: dict[str, str], munge_socket: Path) -> str:
@@ -89,12 +98,15 @@ def connect(cfg: LabConfig) -> Connection:
     slurm_dir, munge_dir = base / "slurm", base / "munge"
     slurm_dir.mkdir(parents=True, exist_ok=True)
     munge_dir.mkdir(parents=True, exist_ok=True)
-    munge_dir.chmod(0o755)  # munged wants its socket directory reachable by every user
+    munge_dir.chmod(0o700)
     conf = _fetch(cfg, f"{SLURM_DIR_IN_NODE}/slurm.conf")
     key = _fetch(cfg, "/etc/munge/munge.key")
     if conf is None or key is None:
         raise Unreachable("the lab head has no slurm.conf or munge key yet: converge it with site.yml first")
-    socket = munge_dir / "munge.socket"
+    sock_dir = munge_socket_dir(cfg)
+    sock_dir.mkdir(mode=0o755, exist_ok=True)
+    sock_dir.chmod(0o755)
+    socket = sock_dir / "munge.socket"
     addresses = {m.name: m.address for m in cfg.machines}
     (slurm_dir / "slurm.conf").write_text(rewrite_slurm_conf(conf.decode(), addresses, socket))
     for name in SLURM_FILES[1:]:
@@ -133,6 +145,7 @@ def connect(cfg: LabConfig) -> Connection:
 
 def stop_munged(cfg: LabConfig) -> bool:
     if not _munged_alive(cfg):
+        shutil.rmtree(munge_socket_dir(cfg), ignore_errors=True)
         return False
     pid = int(munge_pidfile(cfg).read_text().strip())
     os.kill(pid, signal.SIGTERM)
@@ -140,6 +153,7 @@ def stop_munged(cfg: LabConfig) -> bool:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and _munged_alive(cfg):
         time.sleep(0.1)
+    shutil.rmtree(munge_socket_dir(cfg), ignore_errors=True)
     return True
 
 

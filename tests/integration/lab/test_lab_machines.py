@@ -76,7 +76,7 @@ def test_gpu_machines_show_simulated_h200s_and_hcas(lab: RunningLab) -> None:
     dev = lab.ssh("gpu-001", "ls", "/dev/nvidia0", "/dev/nvidia7")
     assert dev.returncode == 0, dev.stderr
     # The head has no simulated hardware at all.
-    assert lab.ssh("head-01", "sh", "-c", "command -v nvidia-smi").returncode != 0
+    assert lab.ssh("head-01", "ls", "/usr/local/bin/nvidia-smi").returncode != 0
 
 
 def test_nodes_have_no_route_out(lab: RunningLab) -> None:
@@ -109,7 +109,8 @@ def test_second_converge_changes_nothing(converged: Converged) -> None:
 def test_slurm_lists_gpu_nodes_idle_and_runs_on_both(lab: RunningLab, converged: Converged) -> None:
     def idle() -> dict[str, str] | None:
         out = lab.ssh("head-01", "sinfo", "-h", "-N", "-o", "%N %t").stdout
-        states = dict(line.split() for line in out.splitlines() if line.strip())
+        pairs = [line.split() for line in out.splitlines()]
+        states = {p[0]: p[1] for p in pairs if len(p) == 2}
         return states if states and all(s == "idle" for s in states.values()) else None
 
     states = wait_for("GPU nodes idle in sinfo", idle)
