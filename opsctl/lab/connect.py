@@ -103,10 +103,7 @@ def connect(cfg: LabConfig) -> Connection:
     key = _fetch(cfg, "/etc/munge/munge.key")
     if conf is None or key is None:
         raise Unreachable("the lab head has no slurm.conf or munge key yet: converge it with site.yml first")
-    sock_dir = munge_socket_dir(cfg)
-    sock_dir.mkdir(mode=0o755, exist_ok=True)
-    sock_dir.chmod(0o755)
-    socket = sock_dir / "munge.socket"
+    socket = munge_socket_dir(cfg) / "munge.socket"
     addresses = {m.name: m.address for m in cfg.machines}
     (slurm_dir / "slurm.conf").write_text(rewrite_slurm_conf(conf.decode(), addresses, socket))
     for name in SLURM_FILES[1:]:
@@ -118,6 +115,8 @@ def connect(cfg: LabConfig) -> Connection:
     with os.fdopen(fd, "wb") as f:
         f.write(key)
     stop_munged(cfg)  # the key may have changed since an earlier connect
+    socket.parent.mkdir(mode=0o755, exist_ok=True)
+    socket.parent.chmod(0o755)
     run(
         [
             "munged",

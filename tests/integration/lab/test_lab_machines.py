@@ -107,13 +107,20 @@ def test_second_converge_changes_nothing(converged: Converged) -> None:
 
 
 def test_slurm_lists_gpu_nodes_idle_and_runs_on_both(lab: RunningLab, converged: Converged) -> None:
+    seen: list[str] = []
+
     def idle() -> dict[str, str] | None:
-        out = lab.ssh("head-01", "sinfo", "-h", "-N", "-o", "%N %t").stdout
-        pairs = [line.split() for line in out.splitlines()]
+        proc = lab.ssh("head-01", "sinfo", "-h", "-N", "-o", "%N %t")
+        seen[:] = [proc.stdout + proc.stderr]
+        pairs = [line.split() for line in proc.stdout.splitlines()]
         states = {p[0]: p[1] for p in pairs if len(p) == 2}
         return states if states and all(s == "idle" for s in states.values()) else None
 
-    states = wait_for("GPU nodes idle in sinfo", idle)
+    try:
+        states = wait_for("GPU nodes idle in sinfo", idle)
+    except AssertionError:
+        reasons = lab.ssh("head-01", "sinfo", "-R").stdout
+        raise AssertionError(f"sinfo: {seen}\nsinfo -R:\n{reasons}") from None
     assert sorted(states) == ["gpu-001", "gpu-002"]
     run = lab.ssh("head-01", "srun", f"-N{GPU_NODES}", "--gres=gpu:8", "hostname")
     assert run.returncode == 0, run.stderr
