@@ -33,6 +33,9 @@ def inventory_data(cfg: LabConfig) -> dict[str, Any]:
                 "ansible_ssh_private_key_file": str(cfg.ssh_key),
                 "ansible_ssh_common_args": SSH_COMMON_ARGS,
                 "ansible_host_key_checking": False,
+                # hw_facts records node facts on the controller; keep them with the lab's state,
+                # not in the inventory directory (Ansible would read them as inventory sources).
+                "hw_facts_record_dir": str(cfg.state_dir / "recorded_facts"),
             },
             "children": {
                 "head": {"hosts": {head.name: {"ansible_host": head.address}}},

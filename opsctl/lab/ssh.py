@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 from collections.abc import Sequence
 
@@ -18,9 +19,10 @@ SSH_OPTIONS: tuple[str, ...] = (
 
 
 def ssh_argv(cfg: LabConfig, machine: Machine, command: Sequence[str]) -> list[str]:
-    # ssh joins the remote argv with spaces for the remote shell; lab commands are fixed words
-    # (unit names, paths), never user text, and callers validate names against the lab's machines.
-    return ["ssh", "-i", str(cfg.ssh_key), *SSH_OPTIONS, f"root@{machine.address}", "--", *command]
+    # ssh hands the remote shell one string; quoting each word makes it split back into exactly
+    # `command`, so no argument is ever interpreted by that shell.
+    remote = shlex.join(command)
+    return ["ssh", "-i", str(cfg.ssh_key), *SSH_OPTIONS, f"root@{machine.address}", "--", remote]
 
 
 def ssh(
