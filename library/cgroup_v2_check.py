@@ -5,6 +5,11 @@
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+
 DOCUMENTATION = r"""
 ---
 module: cgroup_v2_check
@@ -53,11 +58,6 @@ v1_hierarchies:
   elements: str
 """
 
-import os
-from typing import Any
-
-from ansible.module_utils.basic import AnsibleModule
-
 
 def v1_mounts(mountinfo_text: str) -> list[str]:
     """Mount points of cgroup (v1) file systems in a mountinfo table."""
@@ -81,13 +81,13 @@ def check_contract(root: str, mountinfo_text: str, required: list[str]) -> tuple
             controllers = fh.read().split()
     except OSError:
         controllers = []
-        problems.append(
-            f"{root} is not a cgroup v2 (unified) hierarchy: {controllers_path} does not exist"
-        )
+        problems.append(f"{root} is not a cgroup v2 (unified) hierarchy: {controllers_path} does not exist")
     v1 = v1_mounts(mountinfo_text)
     if v1:
         problems.append(
-            "cgroup v1 hierarchies are mounted (" + ", ".join(v1[:6]) + ("..." if len(v1) > 6 else "")
+            "cgroup v1 hierarchies are mounted ("
+            + ", ".join(v1[:6])
+            + ("..." if len(v1) > 6 else "")
             + "): slurmd's cgroup/v2 plugin refuses hybrid layouts"
         )
     missing = [c for c in required if c not in controllers]
@@ -101,7 +101,11 @@ def main() -> None:
         argument_spec={
             "root": {"type": "path", "default": "/sys/fs/cgroup"},
             "mountinfo": {"type": "path", "default": "/proc/self/mountinfo"},
-            "controllers": {"type": "list", "elements": "str", "default": ["cpuset", "cpu", "io", "memory", "pids"]},
+            "controllers": {
+                "type": "list",
+                "elements": "str",
+                "default": ["cpuset", "cpu", "io", "memory", "pids"],
+            },
         },
         supports_check_mode=True,
     )
@@ -113,7 +117,8 @@ def main() -> None:
     problems, details = check_contract(module.params["root"], mountinfo, module.params["controllers"])
     if problems:
         module.fail_json(
-            msg="cgroup v2 contract not met: " + "; ".join(problems)
+            msg="cgroup v2 contract not met: "
+            + "; ".join(problems)
             + ". Boot with systemd.unified_cgroup_hierarchy=1 (the default since systemd 247), or set"
             " cgroup_v2_available: false for a lab that cannot (Slurm then runs without cgroup"
             " confinement).",

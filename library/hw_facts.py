@@ -5,6 +5,18 @@
 
 from __future__ import annotations
 
+import os
+import re
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.cpuinfo import parse_cpuinfo
+from ansible.module_utils.ib_sysfs import parse_ib_sysfs, read_ib_sysfs
+from ansible.module_utils.lsblk import mounts_of, nvme_disks, parse_lsblk_json
+from ansible.module_utils.meminfo import parse_meminfo
+from ansible.module_utils.nvidia_smi_q import parse_nvidia_smi_q, parse_tree
+from ansible.module_utils.nvme import parse_nvme_list_json
+
 DOCUMENTATION = r"""
 ---
 module: hw_facts
@@ -118,18 +130,6 @@ mismatches:
   sample: ["gpu_count: found 7 GPUs, expected 8"]
 """
 
-import os
-import re
-from dataclasses import asdict
-from typing import Any
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.cpuinfo import parse_cpuinfo
-from ansible.module_utils.ib_sysfs import parse_ib_sysfs, read_ib_sysfs
-from ansible.module_utils.lsblk import mounts_of, nvme_disks, parse_lsblk_json
-from ansible.module_utils.meminfo import parse_meminfo
-from ansible.module_utils.nvidia_smi_q import parse_nvidia_smi_q, parse_tree
-from ansible.module_utils.nvme import parse_nvme_list_json
 
 LSBLK_ARGS = ["-J", "-b", "-p", "-o", "NAME,TYPE,SIZE,ROTA,SERIAL,MODEL,TRAN,MOUNTPOINT,FSTYPE"]
 SYSTEM_MOUNTS = {"/", "/boot", "/boot/efi", "[SWAP]"}
@@ -233,7 +233,13 @@ def build_hw_facts(
 ) -> dict[str, Any]:
     """The ``hw`` fact from raw inputs (pure: no I/O), so it can be fed recorded samples."""
     errors = list(errors or [])
-    hw: dict[str, Any] = {"gpus": [], "gpu_count": 0, "gpu_models": [], "driver_version": "", "cuda_version": ""}
+    hw: dict[str, Any] = {
+        "gpus": [],
+        "gpu_count": 0,
+        "gpu_models": [],
+        "driver_version": "",
+        "cuda_version": "",
+    }
     if nvidia_smi_q is not None:
         hw.update(gpu_facts(nvidia_smi_q, gpu_numa))
     fabric = {g["fabric_state"] for g in hw["gpus"] if g.get("fabric_state")}
@@ -381,6 +387,7 @@ def run_module() -> None:
     meminfo = _read(os.path.join(p["proc_root"], "meminfo"))
     if cpuinfo is None or meminfo is None:
         module.fail_json(msg=f"hw_facts: cannot read cpuinfo/meminfo under {p['proc_root']}")
+        return
     try:
         hw = build_hw_facts(
             nvidia_smi_q=smi if p["gpus"] else None,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tempfile
 from collections import defaultdict
 from collections.abc import Sequence
@@ -31,7 +32,7 @@ from typing import Any, Protocol
 
 from opsctl.checks.model import Status, Verdict
 from opsctl.checks.runner import NodeReport
-from opsctl.errors import ConfigError
+from opsctl.errors import ConfigError, Refused
 
 REASON_PREFIX = "opsctl:"
 MAX_REASON = 120
@@ -81,6 +82,7 @@ class Decision:
     code: str = ""
     reason: str = ""  # the Slurm reason a drain would set
     verdicts: list[dict[str, Any]] = field(default_factory=list)
+    signature: str = ""  # failure signature (storm detection across passes)
     result: str = "pending"  # pending | applied | dry-run | shadow | failed | noop
 
     def to_json(self) -> dict[str, Any]:
@@ -115,9 +117,12 @@ class PolicyState:
         os.replace(tmp, p)
 
 
+_REASON_CHARS = re.compile(r"[^A-Za-z0-9 .,_/@%+=-]")
+
+
 def drain_reason(v: Verdict) -> str:
-    """``opsctl:<code>:<short evidence>``, without characters Slurm or shells would mangle."""
-    short = " ".join(v.short_evidence.replace(":", " ").replace('"', "").replace("'", "").split())
+    """``opsctl:<code>:<short evidence>``, in the plain characters the drain guardrails accept."""
+    short = " ".join(_REASON_CHARS.sub(" ", v.short_evidence).split())
     return f"{REASON_PREFIX}{v.code}:{short}"[:MAX_REASON]
 
 
@@ -156,8 +161,12 @@ def decide(
             by_sig[sig].append(node)
     storm_at = max(cfg.storm_min_nodes, math.ceil(cfg.storm_fraction * size))
     storm_nodes: set[str] = set()
+    recent_by_sig: dict[str, set[str]] = defaultdict(set)
+    for d in state.drains:  # a storm that arrives over several passes counts our recent drains too
+        if now - float(d.get("time", 0)) < cfg.window_seconds and d.get("signature"):
+            recent_by_sig[str(d["signature"])].add(str(d["node"]))
     for sig, nodes in sorted(by_sig.items()):
-        if len(nodes) >= storm_at:
+        if len(set(nodes) | recent_by_sig.get(sig, set())) >= storm_at:
             storm_nodes.update(nodes)
             decisions.append(
                 Decision(
@@ -223,7 +232,15 @@ def decide(
             else:
                 budget -= 1
                 decisions.append(
-                    Decision(node, "drain", "failing check", worst.code, drain_reason(worst), verdict_json)
+                    Decision(
+                        node,
+                        "drain",
+                        "failing check",
+                        worst.code,
+                        drain_reason(worst),
+                        verdict_json,
+                        signature=signature(worst),
+                    )
                 )
             continue
 
@@ -313,11 +330,16 @@ def act(
         try:
             if d.action == "drain":
                 slurm.drain([d.node], d.reason)
-                state.drains.append({"node": d.node, "time": now, "reason": d.reason})
+                state.drains.append(
+                    {"node": d.node, "time": now, "reason": d.reason, "signature": d.signature}
+                )
             else:
                 slurm.resume([d.node])
                 state.clean_streak.pop(d.node, None)
             d.result = "applied"
+        except Refused as exc:  # the shared guardrails said no: nothing changed for this node
+            d.result = "refused"
+            d.why = f"{d.why}; {exc}"[:300]
         except Exception as exc:  # one node's failure must not stop the others; it is recorded
             d.result = "failed"
             d.why = f"{d.why}; {type(exc).__name__}: {exc}"[:300]

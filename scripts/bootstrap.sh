@@ -24,12 +24,18 @@ if ((${#missing[@]})); then
   fi
   echo "bootstrap: apt-get install ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  # The simulated cluster and the lab run their own daemons with their own config: keep the
+  # packages' postinst scripts from starting system-wide slurmctld/slurmd/munge/prometheus.
+  policy=/usr/sbin/policy-rc.d
+  had_policy=0; [ -e "$policy" ] && had_policy=1
+  if [ "$had_policy" = 0 ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod +x "$policy"
+    trap 'rm -f "$policy"' EXIT
+  fi
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if [ "$had_policy" = 0 ]; then rm -f "$policy"; trap - EXIT; fi
 fi
-# Debian starts services from package postinst scripts where it can; the lab and the simulated
-# cluster run their own daemons with their own config, so stop the packaged ones if they started.
-for d in slurmctld slurmd munged prometheus; do pkill -x "$d" 2>/dev/null || true; done
 
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}

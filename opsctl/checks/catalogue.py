@@ -161,6 +161,9 @@ def check_retired_pages(ev: Evidence, th: Thresholds, now: float) -> list[Verdic
 
     def judge(g: GpuEvidence) -> tuple[Status, str, dict[str, object]] | None:
         if g.retired_pages_dbe is None and g.retired_pages_pending is None:
+            # Ampere and later report row remapping instead ("Retired Pages: N/A"): not applicable
+            if g.remap_failure is not None or g.remap_pending is not None:
+                return Status.OK, "", {}
             return None
         dbe, sbe = g.retired_pages_dbe or 0, g.retired_pages_sbe or 0
         detail: dict[str, object] = {"dbe": dbe, "sbe": sbe, "pending": g.retired_pages_pending}
@@ -422,6 +425,36 @@ def check_slurmd(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
     return [_v(ev, "slurmd", Status.OK, "slurmd running")]
 
 
+def check_dcgm(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
+    if ev.dcgm_incidents is None:
+        return [_unknown(ev, "dcgm-health", "DCGM health")]
+    verdicts: list[Verdict] = []
+    for inc in ev.dcgm_incidents:
+        status = {
+            "failure": Status.FAIL,
+            "fail": Status.FAIL,
+            "warning": Status.WARN,
+            "warn": Status.WARN,
+        }.get(str(inc.get("status", "")).lower())
+        if status is None:
+            continue
+        gpu = inc.get("gpu")
+        verdicts.append(
+            _v(
+                ev,
+                "dcgm-health",
+                status,
+                f"gpu {gpu}: {inc.get('system', '')}: {inc.get('message', '')}"[:200],
+                gpu,
+                short=f"dcgm {(str(inc.get('system', '')).split() or ['?'])[0].lower()} gpu {gpu}",
+                system=inc.get("system", ""),
+                dcgm_status=inc.get("status", ""),
+                message=inc.get("message", ""),
+            )
+        )
+    return verdicts or [_v(ev, "dcgm-health", Status.OK, "DCGM reports healthy")]
+
+
 CATALOGUE: tuple[Check, ...] = (
     Check("gpu-count", "gpu_count", "GPU count against the inventory", check_gpu_count),
     Check("gpu-xid", "xid", "XID events, classified by NVIDIA's catalog", check_xid),
@@ -437,5 +470,6 @@ CATALOGUE: tuple[Check, ...] = (
     Check("ib-errors", "ib_errors", "InfiniBand error counter increases", check_ib_errors),
     Check("mount", "mounts", "required mounts present and responsive", check_mounts),
     Check("slurmd", "slurmd", "slurmd alive", check_slurmd),
+    Check("dcgm-health", "dcgm", "DCGM health watches and diagnostics", check_dcgm),
 )
 CODES = frozenset(c.code for c in CATALOGUE) | {"evidence"}

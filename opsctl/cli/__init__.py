@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "drain": ("opsctl.cli.nodes", "drain", "Drain nodes, with guardrails and an audit log."),
     "resume": ("opsctl.cli.nodes", "resume", "Resume nodes that opsctl drained."),
     "sim": ("opsctl.cli.sim", "sim", "Run a simulated Slurm cluster on this host."),
+    "health": ("opsctl.cli.health", "health", "Check node health (GPU, XID, IB, mounts); can drain."),
     "lab": ("opsctl.cli.lab", "lab", "Boot nspawn machines with simulated GPUs for tests and drills."),
 }
 
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> Any:
     except KeyboardInterrupt:
         click.echo("opsctl: interrupted", err=True)
         sys.exit(130)
-    except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
+    except Exception as exc:  # the last line of defence against tracebacks
         if os.environ.get("OPSCTL_DEBUG"):
             raise
         click.echo(

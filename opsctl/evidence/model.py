@@ -25,6 +25,7 @@ FACTS = (
     "ib_errors",
     "mounts",
     "slurmd",
+    "dcgm",
 )
 
 
@@ -102,5 +103,7 @@ class Evidence:
     ib_ports: list[IbPortEvidence] | None = None
     mounts: list[MountEvidence] | None = None
     slurmd_alive: bool | None = None
+    # DCGM's own verdicts (health watches, diagnostics): {"gpu", "system", "status", "message"}
+    dcgm_incidents: list[dict[str, Any]] | None = None
     provides: frozenset[str] = frozenset()  # facts this source reports for every node
     raw: dict[str, Any] = field(default_factory=dict)  # source-specific extra detail

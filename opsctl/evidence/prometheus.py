@@ -40,6 +40,11 @@ GAUGES = (
     "node_infiniband_physical_state_id",
     "node_infiniband_rate_bytes_per_second",
 )
+REASON_GAUGES = ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
+# Gauges whose healthy value is 0: fetched only where non-zero.
+NONZERO_GAUGES = tuple(g for g in GAUGES if g.startswith("DCGM_") and "PCIE_LINK" not in g)
+# Gauges read in full (their healthy value is not zero).
+VALUE_GAUGES = tuple(g for g in GAUGES if g not in NONZERO_GAUGES)
 # counter series -> name used in evidence (the sysfs counter name for InfiniBand)
 COUNTERS = {
     "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": "ecc_sbe",
@@ -70,6 +75,9 @@ IB_PHYS_STATES = {
 }
 
 Series = dict[str, Any]
+# node identity (any spelling) and entity labels
+_NODE = "Hostname, hostname, node, nodename, instance"
+_KEEP = f"{_NODE}, gpu, device, port"
 
 
 def node_of(labels: dict[str, str]) -> str | None:
@@ -108,25 +116,41 @@ class PrometheusSource:
             return self._query_fn
         from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
         from requests import RequestException
+        from urllib3.util.retry import Retry
 
-        client = PrometheusConnect(url=self.url, disable_ssl=True, timeout=self.timeout)
+        # one quick retry, not the client's default backoff: on-call wants "unreachable" fast
+        retry = Retry(total=1, backoff_factor=0.2, status_forcelist=(502, 503, 504))
+        client = PrometheusConnect(url=self.url, disable_ssl=True, timeout=self.timeout, retry=retry)
 
         def query(q: str) -> list[Series]:
             try:
                 return list(client.custom_query(q))
-            except (RequestException, PrometheusApiClientException) as exc:
-                raise Unreachable(f"prometheus at {self.url}: {exc.__class__.__name__}: {exc}"[:300]) from exc
+            except RequestException as exc:
+                raise Unreachable(f"prometheus at {self.url} unreachable ({type(exc).__name__})") from None
+            except PrometheusApiClientException as exc:
+                raise Unreachable(f"prometheus at {self.url} refused a query: {exc}"[:300]) from None
 
         return query
 
     def queries(self) -> dict[str, str]:
+        """Six instant queries for the whole cluster. A healthy cluster answers with little: the
+        fault gauges come back only where they are non-zero and counters only where they grew;
+        which families each node reports at all comes from one ``count by (__name__)``."""
         w = f"{self.window_seconds}s"
+        nonzero = "|".join(NONZERO_GAUGES)
+        every = "|".join((*NONZERO_GAUGES, *COUNTERS))  # the rest's presence shows in "values"
         counters = " or ".join(
-            f'label_replace(increase({name}[{w}]), "counter", "{name}", "", "")' for name in COUNTERS
+            f'label_replace(max by ({_KEEP}) (increase({name}[{w}]) > 0), "counter", "{name}", "", "")'
+            for name in COUNTERS
         )
         return {
-            "fresh": f"timestamp({FRESHNESS_METRIC})",
-            "gauges": '{__name__=~"' + "|".join(GAUGES) + '"}',
+            "fresh": f"max by ({_KEEP}) (timestamp({FRESHNESS_METRIC}))",
+            "present": f'count by (__name__, {_NODE}) ({{__name__=~"{every}"}})',
+            "nonzero": f'max by (__name__, {_KEEP}, xid) ({{__name__=~"{nonzero}"}} != 0)'
+            # clock event reasons below 0x40 (idle, application clocks, software caps) carry neither
+            # hardware slowdown bit: they read as 0 here
+            f' unless {{__name__=~"{"|".join(REASON_GAUGES)}"}} < {HW_THERMAL_SLOWDOWN}',
+            "values": f'max by (__name__, {_KEEP}) ({{__name__=~"{"|".join(VALUE_GAUGES)}"}})',
             "counters": counters,
         }
 
@@ -160,19 +184,23 @@ def build_evidence(
             continue
         fresh[node][gpu] = max(_value(s), fresh[node].get(gpu, 0.0))
         uuids[(node, gpu)] = s["metric"]
-    gauges: dict[str, dict[str, list[Series]]] = defaultdict(lambda: defaultdict(list))
-    families: set[str] = set()
-    for s in results.get("gauges", []):
-        node, name = node_of(s["metric"]), s["metric"].get("__name__", "")
+    present: dict[str, set[str]] = defaultdict(set)
+    for s in (*results.get("present", []), *results.get("values", [])):
+        node = node_of(s["metric"])
         if node is not None:
-            gauges[node][name].append(s)
-            families.add(name)
+            present[node].add(s["metric"].get("__name__", ""))
+    families: set[str] = set().union(*present.values()) if present else set()
+    gauges: dict[str, dict[str, list[Series]]] = defaultdict(lambda: defaultdict(list))
+    for key in ("nonzero", "values"):
+        for s in results.get(key, []):
+            node, name = node_of(s["metric"]), s["metric"].get("__name__", "")
+            if node is not None:
+                gauges[node][name].append(s)
     counters: dict[str, dict[str, list[Series]]] = defaultdict(lambda: defaultdict(list))
     for s in results.get("counters", []):
         node, name = node_of(s["metric"]), s["metric"].get("counter", "")
         if node is not None:
             counters[node][COUNTERS.get(name, name)].append(s)
-            families.add(name)
     provides = _provides(families)
     out: list[Evidence] = []
     for node in nodes:
@@ -193,16 +221,46 @@ def build_evidence(
             )
             continue
         live = sorted(g for g, ts in stamps.items() if now - ts <= stale_after)
+        _fill_zeros(live, present[node], gauges[node], counters[node])
         ev = Evidence(node, "prometheus", now, gpu_count=len(live), provides=provides)
         ev.gpus = [
             _gpu_evidence(g, uuids[(node, g)], gauges[node], counters[node], window_seconds) for g in live
         ]
-        if "xid" in provides:
-            ev.xids = _xids(gauges[node], now)
+        # a node whose exporter reports no XID family stays None: unknown, not "no XID"
+        if present[node] & {"DCGM_EXP_XID_ERRORS_COUNT", "DCGM_FI_DEV_XID_ERRORS"}:
+            ev.xids = _xids(gauges[node], now, counted="DCGM_EXP_XID_ERRORS_COUNT" in present[node])
         if "ib" in provides:
             ev.ib_ports = _ib_ports(gauges[node], counters[node], window_seconds, "ib_errors" in provides)
         out.append(ev)
     return out
+
+
+def _fill_zeros(
+    live: list[int], present: set[str], g: dict[str, list[Series]], c: dict[str, list[Series]]
+) -> None:
+    """Give every live GPU (and every known IB port) the healthy value of each family the node
+    reports but that came back only where non-zero: 0 for fault gauges, no increase for counters."""
+
+    def zero(labels: dict[str, str]) -> Series:
+        return {"metric": labels, "value": [0, "0"]}
+
+    for name in NONZERO_GAUGES:
+        if name == "DCGM_EXP_XID_ERRORS_COUNT" or name not in present:
+            continue
+        have = {_gpu(x["metric"]) for x in g[name]}
+        g[name].extend(zero({"gpu": str(i)}) for i in live if i not in have)
+    ports = {
+        (x["metric"].get("device", ""), x["metric"].get("port", "")) for x in g["node_infiniband_state_id"]
+    }
+    for name, key in COUNTERS.items():
+        if name not in present:
+            continue
+        if name.startswith("DCGM_"):
+            have = {_gpu(x["metric"]) for x in c[key]}
+            c[key].extend(zero({"gpu": str(i)}) for i in live if i not in have)
+        else:
+            have_ports = {(x["metric"].get("device", ""), x["metric"].get("port", "")) for x in c[key]}
+            c[key].extend(zero({"device": d, "port": p}) for d, p in ports if (d, p) not in have_ports)
 
 
 def _provides(families: set[str]) -> frozenset[str]:
@@ -272,13 +330,12 @@ def _gpu_evidence(
     )
 
 
-def _xids(g: dict[str, list[Series]], now: float) -> list[XidEvent]:
-    counted = g.get("DCGM_EXP_XID_ERRORS_COUNT") or []
+def _xids(g: dict[str, list[Series]], now: float, counted: bool) -> list[XidEvent]:
     if counted:
         # Each series is one (gpu, xid) with its count inside the exporter's window: current.
         return [
             XidEvent(xid=int(s["metric"]["xid"]), gpu=_gpu(s["metric"]), count=int(_value(s)), time=now)
-            for s in counted
+            for s in g.get("DCGM_EXP_XID_ERRORS_COUNT") or []
             if s["metric"].get("xid", "").isdigit() and _value(s) > 0
         ]
     # Only the last XID per GPU is known, and not when it happened: treat a non-zero value as

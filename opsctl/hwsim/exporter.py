@@ -8,7 +8,8 @@ is opened again. 64 nodes cost 64 idle threads, not 64 processes.
 
 Standard library only, so the lab can run it with Debian's bare python3::
 
-    python3 -m opsctl.hwsim.exporter --state-dir DIR --node gpu-001=9400 --listen 0.0.0.0
+    python3 -m opsctl.hwsim.exporter --state-dir DIR --node gpu-001=9400 --node gpu-002=9401
+    python3 -m opsctl.hwsim.exporter --state /var/lib/hwsim/state.json --node gpu-001=9400 --listen 0.0.0.0
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from opsctl.hwsim.metrics import families, render_text
-from opsctl.hwsim.state import ensure_node, load, state_path
+from opsctl.hwsim.state import load, make_node, save, state_path
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 POLL_SECONDS = 0.25
@@ -118,10 +119,23 @@ def parse_node(arg: str) -> tuple[str, int]:
 
 
 class MultiExporter:
-    def __init__(self, state_dir: Path, nodes: Sequence[tuple[str, int]], host: str = "127.0.0.1") -> None:
-        self.endpoints = [NodeEndpoint(n, state_path(state_dir, n), host, p) for n, p in nodes]
-        for n, _ in nodes:
-            ensure_node(state_dir, n)
+    def __init__(
+        self,
+        state_dir: Path,
+        nodes: Sequence[tuple[str, int]],
+        host: str = "127.0.0.1",
+        *,
+        state_file: Path | None = None,
+    ) -> None:
+        """One endpoint per node, reading ``state_dir/NODE.json`` (or ``state_file`` for a single node)."""
+        if state_file is not None and len(nodes) != 1:
+            raise ValueError("a single state file serves exactly one node")
+        self.endpoints = []
+        for n, p in nodes:
+            path = state_file or state_path(state_dir, n)
+            if not path.exists():
+                save(make_node(n), path)
+            self.endpoints.append(NodeEndpoint(n, path, host, p))
         self._stop = threading.Event()
 
     def ports(self) -> dict[str, int]:
@@ -157,7 +171,9 @@ def _write_ports(path: Path, ports: dict[str, int]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="hwsim-exporter", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--state-dir", required=True, type=Path, help="directory of NODE.json state files")
+    where = ap.add_mutually_exclusive_group(required=True)
+    where.add_argument("--state-dir", type=Path, help="directory of NODE.json state files")
+    where.add_argument("--state", type=Path, help="the state file of the one --node (lab machines)")
     ap.add_argument(
         "--node",
         action="append",
@@ -168,7 +184,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--listen", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     ap.add_argument("--ports-file", type=Path, help="write {node: port} JSON here once all ports listen")
     args = ap.parse_args(argv)
-    exporter = MultiExporter(args.state_dir, args.node, args.listen)
+    if args.state is not None and len(args.node) != 1:
+        ap.error("--state serves exactly one --node")
+    state_dir = args.state_dir or args.state.parent
+    exporter = MultiExporter(state_dir, args.node, args.listen, state_file=args.state)
     try:
         exporter.start()
     except OSError as exc:

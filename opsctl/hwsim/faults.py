@@ -148,6 +148,8 @@ def _ib_down(state: NodeHardware, spec: FaultSpec) -> None:
     except KeyError:
         names = ", ".join(h.name for h in state.hcas)
         raise FaultError(f"fault 'ib_down': no HCA {name!r} (have {names})") from None
+    hca.settle_traffic()  # the traffic stops with the link
+    hca.traffic_bytes_per_s = 0.0
     if hca.state != "Down":
         hca.counters["link_downed"] += 1
         hca.counters["symbol_error"] += 37
@@ -174,6 +176,24 @@ def _thermal(state: NodeHardware, spec: FaultSpec) -> None:
     gpu.sm_clock_mhz = 1095
 
 
+def _busy(state: NodeHardware, spec: FaultSpec) -> None:
+    """Not a fault: a training job's load, so dashboards and checks see loaded GPUs."""
+    which = spec.params.get("gpu", spec.value)
+    gpus = state.gpus if which is None else [_gpu(state, spec, which)]
+    for g in gpus:
+        g.gpu_util_pct, g.mem_util_pct = 100, 62
+        g.power_draw_w = 655.0 + g.index
+        g.fb_used_mib = 131072
+        g.sm_clock_mhz = g.max_sm_clock_mhz
+        g.temperature_c, g.memory_temperature_c = 67, 74
+        g.clock_event_reasons &= ~0x1  # no longer idle
+        # The HCA beside the GPU carries its share of the job's traffic (~320 of 400 Gb/s).
+        hca = state.hcas[g.index] if g.index < len(state.hcas) else None
+        if hca is not None and hca.state == "Active":
+            hca.settle_traffic()
+            hca.traffic_bytes_per_s = 40e9
+
+
 def _exporter_down(state: NodeHardware, spec: FaultSpec) -> None:
     which = spec.value or "all"
     if which not in ("all", "dcgm", "node"):
@@ -197,6 +217,7 @@ FAULTS: dict[str, tuple[Callable[[NodeHardware, FaultSpec], None], str]] = {
     "ib_down": (_ib_down, "ib_down=mlx5_N: that HCA's port goes Down/Polling"),
     "nvlink_down": (_nvlink_down, "nvlink_down[,gpu=K][,link=L]: an NVLink goes down (XID 74)"),
     "thermal": (_thermal, "thermal[,gpu=K]: overheating, clocks slowed by thermal events"),
+    "busy": (_busy, "busy[,gpu=K]: GPUs under a training load (all GPUs by default)"),
     "exporter_down": (_exporter_down, "exporter_down[=all|dcgm|node]: the metrics endpoint stops"),
     "slurmd_stopped": (_slurmd_stopped, "slurmd_stopped: the node's slurmd is stopped"),
 }

@@ -380,7 +380,7 @@ _IB_COUNTERS = (
 )
 
 
-def infiniband_families(state: NodeHardware) -> list[Family]:
+def infiniband_families(state: NodeHardware, *, now: float | None = None) -> list[Family]:
     """node_exporter's infiniband collector, from the same data it reads in /sys/class/infiniband."""
     p = "node_infiniband_"
     info = Family(
@@ -415,8 +415,9 @@ def infiniband_families(state: NodeHardware) -> list[Family]:
         st.samples.append(Sample(labels, float(state_id(h))))
         ph.samples.append(Sample(labels, float(phys_state_id(h))))
         rate.samples.append(Sample(labels, h.rate_gbps * 1e9 / 8))
+        values = h.current_counters(now)
         for fam, (_, key, scale, _) in zip(counters, _IB_COUNTERS, strict=True):
-            fam.samples.append(Sample(labels, float(h.counters.get(key, 0) * scale)))
+            fam.samples.append(Sample(labels, float(values.get(key, 0) * scale)))
     return [info, st, ph, rate, *counters]
 
 
@@ -425,7 +426,7 @@ def families(state: NodeHardware, *, now: float | None = None) -> list[Family]:
     if state.dcgm_exporter_up:
         out += dcgm_families(state, now=now)
     if state.node_exporter_up:
-        out += infiniband_families(state)
+        out += infiniband_families(state, now=now)
     return out
 
 

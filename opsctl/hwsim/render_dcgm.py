@@ -229,3 +229,17 @@ def diag_failed(state: NodeHardware, level: int = 1) -> bool:
 
 def render_dcgmi_diag(state: NodeHardware, level: int = 1) -> str:
     return to_styled_string(diag_document(state, level))
+
+
+def render_dcgmi_link_status(state: NodeHardware) -> str:
+    """``dcgmi nvlink --link-status`` (``-s``): one U/D per NVLink of each GPU.
+
+    The NVSwitch section says none were found, as on the genuine sample: the simulator does not
+    model the baseboard's NVSwitches.
+    """
+    lines = ["+----------------------+", "|  NvLink Link Status  |", "+----------------------+", "GPUs:"]
+    for g in state.present_gpus:
+        lines.append(f"    gpuId {g.index}:")
+        lines.append("        " + " ".join("U" if link.up else "D" for link in g.nvlinks))
+    lines += ["NvSwitches:", "    No NvSwitches found.", "", "Key: Up=U, Down=D, Disabled=X, Not Supported=_"]
+    return "\n".join(lines) + "\n"

@@ -71,7 +71,7 @@ def render_ibstat(state: NodeHardware, ca: str | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
-def sysfs_files(state: NodeHardware) -> dict[str, str]:
+def sysfs_files(state: NodeHardware, now: float | None = None) -> dict[str, str]:
     """The files of ``/sys/class/infiniband`` as ``{relative path: content}`` (content ends in \\n)."""
     files: dict[str, str] = {}
     for h in state.hcas:
@@ -96,14 +96,14 @@ def sysfs_files(state: NodeHardware) -> dict[str, str]:
         files[f"{p}/lid_mask_count"] = "0"
         files[f"{p}/sm_sl"] = "0"
         files[f"{p}/cap_mask"] = HCA_CAPABILITY_MASK
-        for name, value in h.counters.items():
+        for name, value in h.current_counters(now).items():
             files[f"{p}/counters/{name}"] = str(value)
         for name, value in h.hw_counters.items():
             files[f"{p}/hw_counters/{name}"] = str(value)
     return {k: v + "\n" for k, v in files.items()}
 
 
-def write_sysfs_tree(state: NodeHardware, root: str | os.PathLike[str]) -> Path:
+def write_sysfs_tree(state: NodeHardware, root: str | os.PathLike[str], now: float | None = None) -> Path:
     """Write a real directory tree shaped like ``/sys/class/infiniband`` under ``root``.
 
     Devices that the state no longer has are removed, so the tree can be rewritten in place.
@@ -116,7 +116,7 @@ def write_sysfs_tree(state: NodeHardware, root: str | os.PathLike[str]) -> Path:
             for f in sorted(old.rglob("*"), reverse=True):
                 f.rmdir() if f.is_dir() else f.unlink()
             old.rmdir()
-    for rel, content in sysfs_files(state).items():
+    for rel, content in sysfs_files(state, now).items():
         path = base / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(content, encoding="ascii")
@@ -154,7 +154,9 @@ def _dots(name: str, value: object) -> str:
     return f"{name + ':':.<33}{value}"
 
 
-def render_perfquery_x(state: NodeHardware, ca: str | None = None, port: int = 1) -> str:
+def render_perfquery_x(
+    state: NodeHardware, ca: str | None = None, port: int = 1, now: float | None = None
+) -> str:
     """``perfquery -x [-C CA] [-P PORT]``: extended counters of one local port (default: first CA)."""
     hcas = sorted(state.hcas, key=lambda h: h.name)
     hca = hcas[0] if ca is None else next((h for h in hcas if h.name == ca), None)
@@ -167,9 +169,10 @@ def render_perfquery_x(state: NodeHardware, ca: str | None = None, port: int = 1
         _dots("PortSelect", port),
         _dots("CounterSelect", "0x0000"),
     ]
+    counters = hca.current_counters(now)
     for name, key in _PERFQUERY_X:
         if name == "CounterSelect2":
             lines.append(_dots(name, "0x00000000"))
         else:
-            lines.append(_dots(name, hca.counters.get(key, 0) if key else 0))
+            lines.append(_dots(name, counters.get(key, 0) if key else 0))
     return "\n".join(lines) + "\n"

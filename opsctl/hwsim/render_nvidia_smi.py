@@ -7,6 +7,7 @@ report vendored in tests/fixtures/real-world/; the values come from the node's s
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from opsctl.hwsim.state import Gpu, NodeHardware
 
@@ -278,3 +279,55 @@ def render_nvlink_status(state: NodeHardware) -> str:
             speed = "26.562 GB/s" if link.up else "<inactive>"
             lines.append(f"\t Link {link.link}: {speed}")
     return "\n".join(lines) + "\n"
+
+
+# --query-gpu fields: name -> (unit or "", value of a GPU). Units as nvidia-smi prints them.
+QUERY_FIELDS: dict[str, tuple[str, Callable[[NodeHardware, Gpu], object]]] = {
+    "index": ("", lambda s, g: g.index),
+    "name": ("", lambda s, g: "NVIDIA H200"),
+    "uuid": ("", lambda s, g: g.uuid),
+    "serial": ("", lambda s, g: g.serial),
+    "pci.bus_id": ("", lambda s, g: g.bus_id),
+    "driver_version": ("", lambda s, g: s.driver_version),
+    "count": ("", lambda s, g: len(s.present_gpus)),
+    "memory.total": ("MiB", lambda s, g: g.fb_total_mib),
+    "memory.used": ("MiB", lambda s, g: g.fb_used_mib),
+    "memory.free": ("MiB", lambda s, g: g.fb_free_mib),
+    "temperature.gpu": ("", lambda s, g: g.temperature_c),
+    "power.draw": ("W", lambda s, g: f"{g.power_draw_w:.2f}"),
+    "power.limit": ("W", lambda s, g: f"{g.power_limit_w:.2f}"),
+    "utilization.gpu": ("%", lambda s, g: g.gpu_util_pct),
+    "clocks.sm": ("MHz", lambda s, g: g.sm_clock_mhz),
+    "pcie.link.gen.current": ("", lambda s, g: g.pcie_gen_current),
+    "pcie.link.width.current": ("", lambda s, g: g.pcie_width_current),
+    "ecc.errors.corrected.volatile.total": ("", lambda s, g: g.ecc_sbe_volatile),
+    "ecc.errors.uncorrected.volatile.total": ("", lambda s, g: g.ecc_dbe_volatile),
+}
+
+
+class UnknownField(KeyError):
+    """A --query-gpu field this simulator (or nvidia-smi) does not know."""
+
+
+def render_query_gpu(state: NodeHardware, fields: list[str], fmt: str) -> str:
+    """``nvidia-smi --query-gpu=F1,F2 --format=csv[,noheader][,nounits]``."""
+    for f in fields:
+        if f not in QUERY_FIELDS:
+            raise UnknownField(f)
+    opts = {o.strip() for o in fmt.split(",")}
+    lines = []
+    if "noheader" not in opts:
+        lines.append(", ".join(f"{f} [{QUERY_FIELDS[f][0]}]" if QUERY_FIELDS[f][0] else f for f in fields))
+    for g in state.present_gpus:
+        cells = []
+        for f in fields:
+            unit, get = QUERY_FIELDS[f]
+            value = str(get(state, g))
+            cells.append(value if not unit or "nounits" in opts else f"{value} {unit}")
+        lines.append(", ".join(cells))
+    return "\n".join(lines) + "\n"
+
+
+def render_list(state: NodeHardware) -> str:
+    """``nvidia-smi -L``."""
+    return "".join(f"GPU {n}: NVIDIA H200 (UUID: {g.uuid})\n" for n, g in enumerate(state.present_gpus))

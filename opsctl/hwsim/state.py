@@ -164,10 +164,39 @@ class Hca:
     sm_lid: int = SM_LID
     counters: dict[str, int] = field(default_factory=dict)
     hw_counters: dict[str, int] = field(default_factory=dict)
+    # Traffic of a running job: the data and packet counters grow at this rate from traffic_since.
+    traffic_bytes_per_s: float = 0.0
+    traffic_since: float = 0.0
 
     @property
     def port_guid(self) -> int:
         return self.node_guid
+
+    def current_counters(self, now: float | None = None) -> dict[str, int]:
+        """The counters as read at ``now``: the stored values plus the traffic since then."""
+        out = dict(self.counters)
+        if self.traffic_bytes_per_s <= 0 or self.state != "Active":
+            return out
+        moved = self.traffic_bytes_per_s * max(
+            0.0, (time.time() if now is None else now) - self.traffic_since
+        )
+        words, packets = int(moved // 4), int(moved // 4096)  # data counters count 32-bit words
+        for key, extra in (
+            ("port_xmit_data", words),
+            ("port_rcv_data", words),
+            ("port_xmit_packets", packets),
+            ("port_rcv_packets", packets),
+            ("unicast_xmit_packets", packets),
+            ("unicast_rcv_packets", packets),
+        ):
+            out[key] = out.get(key, 0) + extra
+        return out
+
+    def settle_traffic(self, now: float | None = None) -> None:
+        """Fold the traffic so far into the stored counters (before the rate or the link changes)."""
+        now = time.time() if now is None else now
+        self.counters = self.current_counters(now)
+        self.traffic_since = now
 
 
 @dataclass
@@ -286,8 +315,11 @@ def make_node(node: str, *, now: float | None = None) -> NodeHardware:
         )
         counters["port_xmit_packets"] = counters["unicast_xmit_packets"]
         hw = {name: 0 for name in IB_HW_COUNTERS}
-        hw.update(lifespan=12, rx_read_requests=rng.randint(10**6, 10**8),
-                  rx_write_requests=rng.randint(10**8, 10**10))
+        hw.update(
+            lifespan=12,
+            rx_read_requests=rng.randint(10**6, 10**8),
+            rx_write_requests=rng.randint(10**8, 10**10),
+        )
         hcas.append(
             Hca(
                 name=f"mlx5_{i}",
@@ -307,8 +339,11 @@ def load(path: str | os.PathLike[str]) -> NodeHardware:
 
 
 def save(state: NodeHardware, path: str | os.PathLike[str]) -> None:
-    """Write atomically (temp file + rename) so concurrent readers see the old or the new state."""
-    target = Path(path)
+    """Write atomically (temp file + rename) so concurrent readers see the old or the new state.
+
+    A symlink (the lab's ``state.json`` -> ``NODE.json``) is followed, not replaced.
+    """
+    target = Path(path).resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:

@@ -24,10 +24,21 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from opsctl.hwsim.render_dcgm import diag_failed, render_dcgmi_diag, render_dcgmi_health
+from opsctl.hwsim.render_dcgm import (
+    diag_failed,
+    render_dcgmi_diag,
+    render_dcgmi_health,
+    render_dcgmi_link_status,
+)
 from opsctl.hwsim.render_dmesg import render_dmesg
 from opsctl.hwsim.render_ib import UnknownDevice, render_ibstat, render_perfquery_x, write_sysfs_tree
-from opsctl.hwsim.render_nvidia_smi import render_nvidia_smi_q, render_nvlink_status
+from opsctl.hwsim.render_nvidia_smi import (
+    UnknownField,
+    render_list,
+    render_nvidia_smi_q,
+    render_nvlink_status,
+    render_query_gpu,
+)
 from opsctl.hwsim.state import NodeHardware, load, save
 
 STATE_ENV = "HWSIM_STATE"
@@ -62,6 +73,9 @@ def nvidia_smi(argv: Sequence[str]) -> str:
     ap.add_argument("-q", "--query", action="store_true")
     ap.add_argument("words", nargs="*")
     ap.add_argument("-s", "--status", action="store_true")
+    ap.add_argument("-L", "--list-gpus", action="store_true")
+    ap.add_argument("--query-gpu")
+    ap.add_argument("--format")
     args = ap.parse_args(argv)
     state = _state(args.state)
     if not state.present_gpus:
@@ -71,7 +85,16 @@ def nvidia_smi(argv: Sequence[str]) -> str:
         return render_nvlink_status(state)
     if args.query and not args.words:
         return render_nvidia_smi_q(state)
-    raise ToolError("simulated nvidia-smi supports only -q and 'nvlink -s'", 2)
+    if args.list_gpus:
+        return render_list(state)
+    if args.query_gpu:
+        if not args.format or not args.format.startswith("csv"):
+            raise ToolError("Please specify the output format: --format=csv", 2)
+        try:
+            return render_query_gpu(state, args.query_gpu.split(","), args.format)
+        except UnknownField as exc:
+            raise ToolError(f'Field "{exc.args[0]}" is not a valid field to query.', 2) from None
+    raise ToolError("simulated nvidia-smi supports -q, -L, --query-gpu and 'nvlink -s'", 2)
 
 
 def ibstat(argv: Sequence[str]) -> str:
@@ -82,8 +105,9 @@ def ibstat(argv: Sequence[str]) -> str:
     try:
         return render_ibstat(_state(args.state), args.ca)
     except UnknownDevice:
-        raise ToolError(f"ibpanic: [1] main: stat of IB device '{args.ca}' failed: No such file or directory",
-                        255) from None
+        raise ToolError(
+            f"ibpanic: [1] main: stat of IB device '{args.ca}' failed: No such file or directory", 255
+        ) from None
 
 
 def perfquery(argv: Sequence[str]) -> str:
@@ -103,17 +127,25 @@ def perfquery(argv: Sequence[str]) -> str:
 
 def dcgmi(argv: Sequence[str]) -> str:
     ap = _parser("dcgmi")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--state", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub = ap.add_subparsers(dest="command", required=True)
-    diag = sub.add_parser("diag")
+    diag = sub.add_parser("diag", parents=[common])
     diag.add_argument("-r", "--run", required=True)
     diag.add_argument("-j", "--json", action="store_true")
     diag.add_argument("-g", "--group", default="0")
-    health = sub.add_parser("health")
+    health = sub.add_parser("health", parents=[common])
     health.add_argument("-c", "--check", action="store_true")
     health.add_argument("-j", "--json", action="store_true")
     health.add_argument("-g", "--group", default="0")
+    nvlink = sub.add_parser("nvlink", parents=[common])
+    nvlink.add_argument("-s", "--link-status", action="store_true")
     args = ap.parse_args(argv)
     state = _state(args.state)
+    if args.command == "nvlink":
+        if not args.link_status:
+            raise ToolError("simulated dcgmi nvlink supports only --link-status", 2)
+        return render_dcgmi_link_status(state)
     if not args.json:
         raise ToolError("simulated dcgmi prints JSON only: add -j", 2)
     if args.command == "health":

@@ -41,7 +41,7 @@ def _node_attrs(host: str, hv: Mapping[str, Any], hw: Mapping[str, Any], fractio
     mem = hw.get("memory") or {}
     if cpu and mem:
         sockets, cores, threads = cpu["sockets"], cpu["cores_per_socket"], cpu["threads_per_core"]
-        real_memory = int(math.floor(int(mem["total_kib"]) / 1024 * fraction))
+        real_memory = math.floor(int(mem["total_kib"]) / 1024 * fraction)
     elif declared:
         sockets, cores = declared["sockets"], declared["cores_per_socket"]
         threads, real_memory = declared["threads_per_core"], declared["real_memory_mib"]
@@ -67,8 +67,13 @@ def _node_attrs(host: str, hv: Mapping[str, Any], hw: Mapping[str, Any], fractio
     return attrs
 
 
-def slurm_nodes(hosts: Iterable[str], hostvars: Mapping[str, Any], record_dir: str, fraction: float = 0.95) -> list[dict[str, Any]]:
-    """Node groups with identical attributes: [{nodelist, hosts, attrs, gpu_type, gpu_count}], in host order."""
+def slurm_nodes(
+    hosts: Iterable[str], hostvars: Mapping[str, Any], record_dir: str, fraction: float = 0.95
+) -> list[dict[str, Any]]:
+    """Nodes grouped by identical attributes, in host order.
+
+    Each group: ``{nodelist, hosts, attrs, gpu_type, gpu_count}``.
+    """
     groups: list[dict[str, Any]] = []
     for host in hosts:
         hv = hostvars[host]
@@ -80,7 +85,12 @@ def slurm_nodes(hosts: Iterable[str], hostvars: Mapping[str, Any], record_dir: s
         else:
             gpu_count = int((hv.get("hw_expected") or {}).get("gpu_count") or 0)
             groups.append(
-                {"hosts": [host], "attrs": attrs, "gpu_type": hv.get("slurm_gpu_type") or "", "gpu_count": gpu_count}
+                {
+                    "hosts": [host],
+                    "attrs": attrs,
+                    "gpu_type": hv.get("slurm_gpu_type") or "",
+                    "gpu_count": gpu_count,
+                }
             )
     for group in groups:
         group["nodelist"] = slurm_hostlist(group["hosts"])

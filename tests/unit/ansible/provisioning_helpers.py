@@ -69,7 +69,9 @@ def ansible_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def run_ansible(tool: str, args: list[str], tmp_path: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+def run_ansible(
+    tool: str, args: list[str], tmp_path: Path, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
         [str(BIN / tool), *args],
         cwd=REPO,
@@ -79,5 +81,7 @@ def run_ansible(tool: str, args: list[str], tmp_path: Path, check: bool = True) 
         timeout=600,
     )
     if check and proc.returncode != 0:
-        raise AssertionError(f"{tool} {' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+        raise AssertionError(
+            f"{tool} {' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+        )
     return proc

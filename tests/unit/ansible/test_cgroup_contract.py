@@ -8,12 +8,16 @@ from pathlib import Path
 import pytest
 from provisioning_helpers import run_ansible
 
-UNIFIED_MOUNTINFO = "25 1 0:22 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate\n"
+UNIFIED_MOUNTINFO = (
+    "25 1 0:22 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate\n"
+)
 HYBRID_MOUNTINFO = (
     "25 1 0:22 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:4 - tmpfs tmpfs ro,mode=755\n"
-    "26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:5 - cgroup2 cgroup2 rw,nsdelegate\n"
+    "26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:5"
+    " - cgroup2 cgroup2 rw,nsdelegate\n"
     "28 25 0:25 / /sys/fs/cgroup/memory rw,nosuid,nodev,noexec,relatime shared:7 - cgroup cgroup rw,memory\n"
-    "29 25 0:26 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid,nodev,noexec,relatime shared:8 - cgroup cgroup rw,cpu,cpuacct\n"
+    "29 25 0:26 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid,nodev,noexec,relatime shared:8"
+    " - cgroup cgroup rw,cpu,cpuacct\n"
 )
 
 
@@ -26,7 +30,9 @@ def _tree(root: Path, controllers: str) -> Path:
 
 def test_this_machine_fails_the_contract(cgroup_module):
     if Path("/sys/fs/cgroup/cgroup.controllers").exists():
-        pytest.skip("this machine runs the unified hierarchy; the check is for the v1 layout of the dev machines")
+        pytest.skip(
+            "this machine runs the unified hierarchy; the check is for the v1 layout of the dev machines"
+        )
     problems, details = cgroup_module.check_contract(
         "/sys/fs/cgroup", Path("/proc/self/mountinfo").read_text(), ["cpuset", "cpu", "memory"]
     )
@@ -37,9 +43,14 @@ def test_this_machine_fails_the_contract(cgroup_module):
 
 def test_unified_tree_with_the_controllers_passes(tmp_path, cgroup_module):
     root = _tree(tmp_path / "cgroup", "cpuset cpu io memory hugetlb pids rdma misc")
-    problems, details = cgroup_module.check_contract(str(root), UNIFIED_MOUNTINFO, ["cpuset", "cpu", "io", "memory", "pids"])
+    problems, details = cgroup_module.check_contract(
+        str(root), UNIFIED_MOUNTINFO, ["cpuset", "cpu", "io", "memory", "pids"]
+    )
     assert problems == []
-    assert details == {"controllers": ["cpuset", "cpu", "io", "memory", "hugetlb", "pids", "rdma", "misc"], "v1_hierarchies": []}
+    assert details == {
+        "controllers": ["cpuset", "cpu", "io", "memory", "hugetlb", "pids", "rdma", "misc"],
+        "v1_hierarchies": [],
+    }
 
 
 def test_unified_tree_missing_a_controller_fails(tmp_path, cgroup_module):
@@ -59,8 +70,10 @@ def test_hybrid_layout_fails(tmp_path, cgroup_module):
 def _module(tmp_path: Path, args: dict[str, object]) -> tuple[int, dict[str, object]]:
     tree = tmp_path / "tree"
     proc = run_ansible(
-        "ansible", ["localhost", "-c", "local", "-m", "cgroup_v2_check", "-a", json.dumps(args), "-t", str(tree)],
-        tmp_path, check=False,
+        "ansible",
+        ["localhost", "-c", "local", "-m", "cgroup_v2_check", "-a", json.dumps(args), "-t", str(tree)],
+        tmp_path,
+        check=False,
     )
     return proc.returncode, json.loads((tree / "localhost").read_text())
 

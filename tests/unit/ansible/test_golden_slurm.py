@@ -27,10 +27,21 @@ def render(tmp_path: Path, *extra: str, record_dir: Path | None = None) -> Path:
     records = record_dir or tmp_path / "no-recorded-facts"
     run_ansible(
         "ansible-playbook",
-        ["-i", "inventory/production", PLAYBOOK, "-e", f"slurm_render_dest={out}", "-e", f"hw_facts_record_dir={records}",
-         "-e", f"ansible_python_interpreter={sys.executable}",
-         # no daemon restarts here: the handlers are for the cluster's hosts
-         "-e", '{"slurm_is_compute": false, "slurm_is_controller": false, "slurm_is_dbd": false}', *extra],
+        [
+            "-i",
+            "inventory/production",
+            PLAYBOOK,
+            "-e",
+            f"slurm_render_dest={out}",
+            "-e",
+            f"hw_facts_record_dir={records}",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            # no daemon restarts here: the handlers are for the cluster's hosts
+            "-e",
+            '{"slurm_is_compute": false, "slurm_is_controller": false, "slurm_is_dbd": false}',
+            *extra,
+        ],
         tmp_path,
     )
     return out
@@ -135,27 +146,70 @@ def test_lab_mode_without_cgroup_v2(tmp_path):
 
 def test_production_uses_cgroup_v2_and_the_required_plugins():
     conf = (GOLDEN / "production" / "slurm.conf").read_text()
-    for line in ("SelectType=select/cons_tres", "GresTypes=gpu", "ProctrackType=proctrack/cgroup",
-                 "TaskPlugin=task/cgroup,task/affinity", "JobAcctGatherType=jobacct_gather/cgroup",
-                 "ReturnToService=1", "HealthCheckProgram=/etc/slurm/healthcheck.sh",
-                 "Prolog=/etc/slurm/prolog.d/*", "Epilog=/etc/slurm/epilog.d/*"):
+    for line in (
+        "SelectType=select/cons_tres",
+        "GresTypes=gpu",
+        "ProctrackType=proctrack/cgroup",
+        "TaskPlugin=task/cgroup,task/affinity",
+        "JobAcctGatherType=jobacct_gather/cgroup",
+        "ReturnToService=1",
+        "HealthCheckProgram=/etc/slurm/healthcheck.sh",
+        "Prolog=/etc/slurm/prolog.d/*",
+        "Epilog=/etc/slurm/epilog.d/*",
+    ):
         assert f"\n{line}\n" in conf
     cgroup = (GOLDEN / "production" / "cgroup.conf").read_text()
-    for line in ("CgroupPlugin=cgroup/v2", "ConstrainCores=yes", "ConstrainDevices=yes", "ConstrainRAMSpace=yes"):
+    for line in (
+        "CgroupPlugin=cgroup/v2",
+        "ConstrainCores=yes",
+        "ConstrainDevices=yes",
+        "ConstrainRAMSpace=yes",
+    ):
         assert f"\n{line}\n" in cgroup
 
 
 def test_a_compute_node_without_facts_or_declaration_is_refused(tmp_path):
     proc = run_ansible(
         "ansible-playbook",
-        ["-i", "inventory/production", PLAYBOOK, "-e", f"slurm_render_dest={tmp_path}",
-         "-e", f"hw_facts_record_dir={tmp_path}", "-e", '{"slurm_node_declared": {}}'],
-        tmp_path, check=False,
+        [
+            "-i",
+            "inventory/production",
+            PLAYBOOK,
+            "-e",
+            f"slurm_render_dest={tmp_path}",
+            "-e",
+            f"hw_facts_record_dir={tmp_path}",
+            "-e",
+            '{"slurm_node_declared": {}}',
+        ],
+        tmp_path,
+        check=False,
     )
     assert proc.returncode != 0
-    assert "no hardware known for gpu-001: run hw_facts on it once, or set slurm_node_declared" in proc.stdout + proc.stderr
+    assert (
+        "no hardware known for gpu-001: run hw_facts on it once, or set slurm_node_declared"
+        in proc.stdout + proc.stderr
+    )
 
 
 @pytest.mark.parametrize("name", FILES)
 def test_golden_files_are_what_the_repository_ships(name):
     assert (REPO / "tests" / "golden" / "production" / name).is_file()
+
+
+def test_facts_are_recorded_outside_the_inventory_directory(tmp_path):
+    # Ansible reads every file of an inventory directory as an inventory source, JSON included
+    proc = run_ansible(
+        "ansible",
+        [
+            "-i",
+            "inventory/production",
+            "gpu-001",
+            "-m",
+            "ansible.builtin.debug",
+            "-a",
+            "var=hw_facts_record_dir",
+        ],
+        tmp_path,
+    )
+    assert f'"{REPO}/inventory/recorded_facts/production"' in proc.stdout

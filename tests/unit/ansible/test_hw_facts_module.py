@@ -65,8 +65,17 @@ def test_nvlink_fabric_from_fabric_state_alone(hw_facts_module):
 def test_infiniband_from_the_genuine_sysfs_tree(hw_facts_module):
     ib = _facts(hw_facts_module)["ib_hcas"]
     assert ib == [
-        {"name": "mlx5_0", "port": 1, "state": "ACTIVE", "physical_state": "LinkUp", "rate_gbps": 400.0,
-         "link_layer": "InfiniBand", "numa_node": 0, "fw_ver": "28.41.1000", "board_id": "MT_0000000838"}
+        {
+            "name": "mlx5_0",
+            "port": 1,
+            "state": "ACTIVE",
+            "physical_state": "LinkUp",
+            "rate_gbps": 400.0,
+            "link_layer": "InfiniBand",
+            "numa_node": 0,
+            "fw_ver": "28.41.1000",
+            "board_id": "MT_0000000838",
+        }
     ]
 
 
@@ -80,16 +89,33 @@ def test_nvme_drives_split_into_system_and_data(hw_facts_module):
 
 
 def test_nvme_list_fills_in_firmware(hw_facts_module):
-    hw = _facts(hw_facts_module, lsblk_json='{"blockdevices": [{"name": "/dev/nvme0n1", "type": "disk", "size": 536870912000}]}',
-                nvme_json=sample("nvme-list-o-json.azure-2ns.lisa.json"))
-    assert hw["nvme"] == [{"path": "/dev/nvme0n1", "model": "MSFT NVMe Accelerator v1.0", "serial": "SN: 000001",
-                           "firmware": "v1.00000", "size_bytes": 536870912000, "mounts": [], "system": False}]
+    hw = _facts(
+        hw_facts_module,
+        lsblk_json='{"blockdevices": [{"name": "/dev/nvme0n1", "type": "disk", "size": 536870912000}]}',
+        nvme_json=sample("nvme-list-o-json.azure-2ns.lisa.json"),
+    )
+    assert hw["nvme"] == [
+        {
+            "path": "/dev/nvme0n1",
+            "model": "MSFT NVMe Accelerator v1.0",
+            "serial": "SN: 000001",
+            "firmware": "v1.00000",
+            "size_bytes": 536870912000,
+            "mounts": [],
+            "system": False,
+        }
+    ]
 
 
 def test_cpu_and_memory(hw_facts_module):
     hw = _facts(hw_facts_module)
-    assert hw["cpu"] == {"logical_cpus": 2, "sockets": 1, "cores_per_socket": 2, "threads_per_core": 1,
-                         "model_name": "Intel(R) Xeon(R) Processor"}
+    assert hw["cpu"] == {
+        "logical_cpus": 2,
+        "sockets": 1,
+        "cores_per_socket": 2,
+        "threads_per_core": 1,
+        "model_name": "Intel(R) Xeon(R) Processor",
+    }
     assert hw["memory"] == {"total_kib": 24683584, "total_mib": 24105}
     assert hw["numa_nodes"] == 2
 
@@ -111,7 +137,13 @@ def test_expectations_of_an_h200_node_flag_the_h100_sample(hw_facts_module):
 
 def test_expectations_met(hw_facts_module):
     hw = _facts(hw_facts_module)
-    want = {"gpu_count": 8, "gpu_model_substring": "H100", "ib_hcas": ["mlx5_0"], "ib_rate_gbps": 400, "nvme_data_min": 6}
+    want = {
+        "gpu_count": 8,
+        "gpu_model_substring": "H100",
+        "ib_hcas": ["mlx5_0"],
+        "ib_rate_gbps": 400,
+        "nvme_data_min": 6,
+    }
     assert hw_facts_module.check_expected(hw, want) == []
 
 
@@ -119,8 +151,13 @@ def test_expectations_catch_a_missing_gpu_and_a_slow_or_down_port(hw_facts_modul
     hw = _facts(hw_facts_module)
     hw["gpus"] = hw["gpus"][:7]
     hw["gpu_count"] = 7
-    hw["ib_hcas"] = [dict(hw["ib_hcas"][0], rate_gbps=200.0), dict(hw["ib_hcas"][0], name="mlx5_1", state="DOWN")]
-    problems = hw_facts_module.check_expected(hw, {"gpu_count": 8, "ib_hcas": ["mlx5_0", "mlx5_1"], "ib_rate_gbps": 400})
+    hw["ib_hcas"] = [
+        dict(hw["ib_hcas"][0], rate_gbps=200.0),
+        dict(hw["ib_hcas"][0], name="mlx5_1", state="DOWN"),
+    ]
+    problems = hw_facts_module.check_expected(
+        hw, {"gpu_count": 8, "ib_hcas": ["mlx5_0", "mlx5_1"], "ib_rate_gbps": 400}
+    )
     assert problems == [
         "gpu_count: found 7 GPUs, expected 8",
         "ib_state: not ACTIVE: mlx5_1/1",
@@ -134,6 +171,7 @@ def test_pci_addresses_as_sysfs_names_them(hw_facts_module):
 
 
 # --- the module run by the real Ansible, on a node whose hardware is the genuine samples ---
+
 
 def _tool(path: Path, fixture: Path) -> str:
     # a test-side stand-in for the hardware tool: prints the genuine sample
@@ -193,7 +231,10 @@ def _adhoc(tmp_path: Path, args: dict[str, Any], check: bool = True) -> dict[str
 
 
 def test_module_through_ansible_on_the_samples(tmp_path, sample_node):
-    result = _adhoc(tmp_path, dict(sample_node, expected={"gpu_count": 8, "gpu_model_substring": "H100", "ib_hcas": ["mlx5_0"]}))
+    result = _adhoc(
+        tmp_path,
+        dict(sample_node, expected={"gpu_count": 8, "gpu_model_substring": "H100", "ib_hcas": ["mlx5_0"]}),
+    )
     hw = result["ansible_facts"]["hw"]
     assert result["changed"] is False and result["mismatches"] == []
     assert hw["gpu_count"] == 8 and hw["gpus"][0]["numa_node"] == 0

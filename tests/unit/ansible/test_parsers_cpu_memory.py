@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from provisioning_helpers import sample
 
 from opsctl.parsers.cpuinfo import parse_cpuinfo
 from opsctl.parsers.meminfo import parse_meminfo
-
-from provisioning_helpers import sample
 
 
 def test_cpuinfo_of_a_two_vcpu_guest():
@@ -36,7 +35,10 @@ def test_cpuinfo_two_sockets_with_hyperthreads():
 
 
 def test_cpuinfo_without_topology_ids_falls_back_to_one_socket():
-    text = "processor\t: 0\nBogoMIPS\t: 2000.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd4f\n\nprocessor\t: 1\nCPU part\t: 0xd4f\n"
+    text = (
+        "processor\t: 0\nBogoMIPS\t: 2000.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd4f\n\n"
+        "processor\t: 1\nCPU part\t: 0xd4f\n"
+    )
     cpu = parse_cpuinfo(text)
     assert (cpu.logical_cpus, cpu.sockets, cpu.cores_per_socket, cpu.threads_per_core) == (2, 1, 2, 1)
     assert not cpu.topology_from_ids

@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import pytest
+from provisioning_helpers import sample
 
 from opsctl.parsers.lsblk import mounts_of, nvme_disks, parse_lsblk_json, parse_size, walk
 from opsctl.parsers.nvme import parse_nvme_list_json
-
-from provisioning_helpers import sample
 
 
 def test_lsblk_bytes_and_paths_layout_of_a_gpu_server():
     devices = parse_lsblk_json(sample("lsblk.bytes-paths.gpud.json"))
     disks = nvme_disks(devices)
-    assert [d.name for d in disks] == ["nvme0n1", "nvme1n1", "nvme3n1", "nvme2n1", "nvme7n1", "nvme6n1", "nvme5n1", "nvme4n1"]
+    assert [d.name for d in disks] == [
+        "nvme0n1",
+        "nvme1n1",
+        "nvme3n1",
+        "nvme2n1",
+        "nvme7n1",
+        "nvme6n1",
+        "nvme5n1",
+        "nvme4n1",
+    ]
     boot = disks[0]
     assert boot.path == "/dev/nvme0n1"
     assert boot.size_bytes == 960197124096 and boot.size_exact
@@ -51,8 +59,15 @@ def test_lsblk_on_a_vm_without_nvme():
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [(512, (512, True)), ("4096", (4096, True)), ("63.8M", (int(63.8 * 1024**2), False)), ("0B", (0, False)),
-     ("1.7T", (int(1.7 * 1024**4), False)), (None, (None, False)), ("lots", (None, False))],
+    [
+        (512, (512, True)),
+        ("4096", (4096, True)),
+        ("63.8M", (int(63.8 * 1024**2), False)),
+        ("0B", (0, False)),
+        ("1.7T", (int(1.7 * 1024**4), False)),
+        (None, (None, False)),
+        ("lots", (None, False)),
+    ],
 )
 def test_lsblk_sizes(value, expected):
     assert parse_size(value) == expected
@@ -76,7 +91,10 @@ def test_nvme_list_with_namespaces():
 
 def test_nvme_list_without_namespace_field():
     ns = parse_nvme_list_json(sample("nvme-list-o-json.aws-2dev.mozsearch.json"))
-    assert [(n.path, n.controller, n.namespace_id) for n in ns] == [("/dev/nvme0n1", "nvme0", None), ("/dev/nvme1n1", "nvme1", None)]
+    assert [(n.path, n.controller, n.namespace_id) for n in ns] == [
+        ("/dev/nvme0n1", "nvme0", None),
+        ("/dev/nvme1n1", "nvme1", None),
+    ]
     assert ns[1].model == "Amazon Elastic Block Store" and ns[1].used_bytes == 0
 
 

@@ -55,6 +55,7 @@ def healthy(node: str = "gpu-001", **kw: object) -> Evidence:
         ib_ports=ports,
         mounts=[],
         slurmd_alive=True,
+        dcgm_incidents=[],
         provides=ALL,
     )
     return replace(ev, **kw)  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from opsctl.hwsim.faults import apply_fault
 from opsctl.hwsim.jsoncpp import to_styled_string
-from opsctl.hwsim.render_dcgm import render_dcgmi_diag, render_dcgmi_health
+from opsctl.hwsim.render_dcgm import render_dcgmi_diag, render_dcgmi_health, render_dcgmi_link_status
 from opsctl.hwsim.render_dmesg import render_dmesg
 from opsctl.hwsim.render_ib import render_ibstat, render_perfquery_x, sysfs_files, write_sysfs_tree
 from opsctl.hwsim.render_nvidia_smi import render_nvidia_smi_q, render_nvlink_status
@@ -18,7 +18,7 @@ from opsctl.parsers.dcgmi_json import parse_dcgmi_diag, parse_dcgmi_health
 from opsctl.parsers.dmesg_xid import parse_dmesg_xids
 from opsctl.parsers.ib_sysfs import parse_flattened, parse_ib_sysfs, read_ib_sysfs
 from opsctl.parsers.ibstat import parse_ibstat
-from opsctl.parsers.nvidia_smi_nvlink import parse_nvlink_status
+from opsctl.parsers.nvidia_smi_nvlink import parse_dcgmi_link_status, parse_nvlink_status
 from opsctl.parsers.nvidia_smi_q import parse_nvidia_smi_q
 from opsctl.parsers.perfquery import parse_perfquery
 
@@ -248,3 +248,19 @@ def test_dmesg_parses_back_with_both_time_formats(node: NodeHardware) -> None:
     assert log.xids[0].uptime_seconds == 123.5 and log.xids[1].process == "python3"
     human = parse_dmesg_xids(render_dmesg(node, human_time=True))
     assert [x.code for x in human.xids] == [79, 13] and human.xids[0].wall_time
+
+
+def test_dcgmi_link_status_matches_the_genuine_layout_and_parses_back(
+    node: NodeHardware, fixtures: Path
+) -> None:
+    genuine = (fixtures / "dcgmi-nvlink-s.gcm.txt").read_text().splitlines()
+    apply_fault(node, "nvlink_down,gpu=4,link=17")
+    ours = render_dcgmi_link_status(node).splitlines()
+    # Same frame and sections; rows are 18 links (NVLink 4) instead of the sample's 12.
+    assert ours[:5] == genuine[:5] and ours[-4:] == genuine[-4:]
+    assert [line.split(":")[0] for line in ours if "gpuId" in line] == [
+        line.split(":")[0] for line in genuine if "gpuId" in line
+    ]
+    status = parse_dcgmi_link_status("\n".join(ours))
+    assert sorted(status.gpus) == list(range(8)) and all(len(v) == 18 for v in status.gpus.values())
+    assert status.down(4) == 1 and status.gpus[4][17] == "D" and status.down(0) == 0

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,39 @@ def test_every_fault_is_documented() -> None:
     required = {"xid", "ecc_dbe", "gpu_missing", "ib_down", "row_remap_failure"}
     required |= {"exporter_down", "slurmd_stopped"}
     assert required <= set(FAULTS)
+
+
+def test_busy_loads_all_gpus_or_one(node: NodeHardware) -> None:
+    apply_fault(node, "busy,gpu=2")
+    assert node.gpu(2).gpu_util_pct == 100 and node.gpu(3).gpu_util_pct == 0
+    apply_fault(node, "busy")
+    assert all(g.gpu_util_pct == 100 and g.fb_used_mib > 0 for g in node.gpus)
+    assert not any(g.clock_event_reasons & 0x1 for g in node.gpus)  # none idle
+    assert all(g.fb_free_mib == g.fb_total_mib - g.fb_reserved_mib - g.fb_used_mib for g in node.gpus)
+
+
+def test_busy_moves_ib_data_until_the_link_drops(node: NodeHardware) -> None:
+    from opsctl.hwsim.metrics import infiniband_families
+    from opsctl.hwsim.render_ib import render_perfquery_x, sysfs_files
+
+    idle = node.hca("mlx5_3").current_counters(NOW + 100)
+    assert idle == node.hca("mlx5_3").counters  # no job, no traffic
+    apply_fault(node, "busy")
+    h = node.hca("mlx5_3")
+    t0 = h.traffic_since
+    later = h.current_counters(t0 + 10)
+    assert later["port_rcv_data"] - h.counters["port_rcv_data"] == int(40e9 * 10 // 4)
+    # Every view reads the same counters at the same instant.
+    files = sysfs_files(node, t0 + 10)
+    assert files["mlx5_3/ports/1/counters/port_rcv_data"] == f"{later['port_rcv_data']}\n"
+    assert f"PortRcvData:.....................{later['port_rcv_data']}" in render_perfquery_x(
+        node, "mlx5_3", now=t0 + 10
+    )
+    fams = {f.name: f for f in infiniband_families(node, now=t0 + 10)}
+    received = fams["node_infiniband_port_data_received_bytes_total"].samples
+    sample = next(s for s in received if s.labels["device"] == "mlx5_3")
+    assert sample.value == later["port_rcv_data"] * 4
+    apply_fault(node, "ib_down=mlx5_3")
+    frozen = node.hca("mlx5_3").current_counters()
+    assert node.hca("mlx5_3").current_counters(time.time() + 3600) == frozen
+    assert frozen["port_rcv_data"] > idle["port_rcv_data"]  # what moved before the drop is kept

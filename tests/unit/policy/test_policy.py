@@ -263,3 +263,26 @@ def test_config_validation():
     with pytest.raises(ConfigError):
         PolicyConfig(max_fraction=2).validate()
     PolicyConfig().validate()
+
+
+def test_storm_arriving_over_several_passes_counts_recent_drains():
+    nodes = cluster(8)
+    slurm = RecordingSlurm(nodes)
+    cfg = PolicyConfig(max_drains=5, max_fraction=1.0)
+    state = PolicyState()
+    ds = run_pass(nodes, reports(nodes, {"gpu-001": xid("gpu-001")}), state, cfg, NOW, slurm)
+    assert actions(ds, "drain") == ["gpu-001"]
+    # two more nodes with the same signature a pass later: with gpu-001 that makes three, a storm
+    ds = run_pass(
+        nodes,
+        reports(nodes, {"gpu-001": xid("gpu-001"), "gpu-002": xid("gpu-002"), "gpu-003": xid("gpu-003")}),
+        state,
+        cfg,
+        NOW + 30,
+        slurm,
+    )
+    assert actions(ds, "drain") == []
+    assert [d.action for d in ds if d.action == "alert"] == ["alert"]
+    # a different fault on another node is still handled normally
+    ds = run_pass(nodes, reports(nodes, {"gpu-004": xid("gpu-004", 48)}), state, cfg, NOW + 60, slurm)
+    assert actions(ds, "drain") == ["gpu-004"]

@@ -1,0 +1,188 @@
+"""Health benchmarks (targets from the health issue).
+
+    .venv/bin/python bench/bench_health.py query [--nodes 64] [--runs 15]
+    .venv/bin/python bench/bench_health.py drain [--trials 5]
+
+query: ``opsctl health --json`` (a fresh process each run, as on-call runs it) over 64 simulated
+nodes x 8 GPUs through a real Prometheus scraping the hwsim exporters. Target: median < 1 s.
+
+drain: fault-to-drain latency on the simulated cluster (8 real slurmd, real slurmctld, Prometheus
+scraping every 5 s): inject XID 79 into a node's simulated hardware, run health passes back to back
+with remediation (as ``opsctl watch --remediate`` would), stop when Slurm has the node drained.
+Target: within one scrape interval plus 5 s (10 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+
+def _wait(pred, timeout: float, what: str):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench: {what} not reached within {timeout:.0f}s")
+        time.sleep(0.5)
+
+
+def bench_query(nodes: int, runs: int) -> None:
+    from opsctl.hwsim.exporter import MultiExporter
+    from opsctl.hwsim.state import make_node, save, state_path
+    from opsctl.sim.cluster import free_ports
+    from opsctl.sim.monitoring import prometheus_config, targets_health
+
+    names = [f"gpu-{i:03d}" for i in range(1, nodes + 1)]
+    with tempfile.TemporaryDirectory(prefix="hbench") as tmp:
+        root = Path(tmp)
+        for n in names:
+            save(make_node(n), state_path(root / "hw", n))
+        exp = MultiExporter(root / "hw", [(n, 0) for n in names])
+        exp.start()
+        threading.Thread(target=exp.supervise, daemon=True).start()
+        (port,) = free_ports(1)
+        (root / "prometheus.yml").write_text(prometheus_config(exp.ports()))
+        prom = subprocess.Popen(
+            [
+                shutil.which("prometheus") or "prometheus",
+                f"--config.file={root / 'prometheus.yml'}",
+                f"--storage.tsdb.path={root / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            _wait(
+                lambda: _ready(url) and sum(1 for h in targets_health(url).values() if h == "up") == nodes,
+                120,
+                "all targets up",
+            )
+            cfg = root / "opsctl.toml"
+            cfg.write_text(
+                f'[prometheus]\nurl = "{url}"\n[health]\nnodes = "gpu-[001-{nodes:03d}]"\n'
+                "stale_after = 30.0\n"
+            )
+            argv = [sys.executable, "-m", "opsctl", "--config", str(cfg), "health", "--json"]
+            _wait(lambda: subprocess.run(argv, capture_output=True).returncode == 0, 60, "a healthy pass")
+            times, gpus = [], 0
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                p = subprocess.run(argv, capture_output=True, text=True)
+                times.append(time.perf_counter() - t0)
+                doc = json.loads(p.stdout)
+                gpus = sum(
+                    next(v["evidence"]["seen"] for v in n["verdicts"] if v["code"] == "gpu-count")
+                    for n in doc["nodes"]
+                )
+            # the same pass in-process: collect + judge only, without interpreter start-up
+            from opsctl.checks import judge, load_thresholds
+            from opsctl.evidence.prometheus import PrometheusSource
+
+            src, th = PrometheusSource(url, stale_after=30.0), load_thresholds()
+            inproc = []
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                judge(src.collect(names, time.time()), th, time.time())
+                inproc.append(time.perf_counter() - t0)
+        finally:
+            prom.terminate()
+            prom.wait(timeout=30)
+            exp.stop()
+    print(f"query: {nodes} nodes, {gpus} GPUs, {runs} runs of `opsctl health --json` (fresh process each)")
+    print(
+        f"  median {statistics.median(times):.3f} s, min {min(times):.3f} s, max {max(times):.3f} s "
+        f"(target < 1 s: ratio {statistics.median(times) / 1.0:.2f})"
+    )
+    print(f"  in-process collect+judge: median {statistics.median(inproc) * 1000:.0f} ms")
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def bench_drain(trials: int) -> None:
+    from opsctl.checks import service
+    from opsctl.sim import monitoring
+    from opsctl.sim.cluster import SimCluster
+
+    state_dir = Path(tempfile.mkdtemp(prefix="hbd", dir="/tmp"))
+    sim = SimCluster(nodes=8, state_dir=state_dir, addons=["monitoring"])
+    latencies: list[float] = []
+    try:
+        sim.up()
+        for trial in range(trials):
+            work = Path(tempfile.mkdtemp(prefix="hbdt"))
+            cfg = work / "opsctl.toml"
+            cfg.write_text(
+                sim.config_path.read_text() + f"\n[health]\nstale_after = 15.0\n"
+                f'state_file = "{work / "s.json"}"\ndecision_log = "{work / "d.jsonl"}"\n'
+            )
+            ctx = service.load_context(str(cfg))
+            nodes = service.resolve_nodes(ctx, None)
+            src = service.make_source(ctx, "prometheus")
+            _wait(
+                lambda c=ctx, n=nodes, s=src: service.run_health(c, n, s).status == "OK",
+                60,
+                "a healthy cluster",
+            )
+            node = nodes[trial % len(nodes)]
+            t0 = time.monotonic()
+            monitoring.inject(sim, node, "xid=79,gpu=1")
+            while True:
+                r = service.run_health(ctx, nodes, src, remediate=True)
+                if any(d.node == node and d.action == "drain" and d.result == "applied" for d in r.decisions):
+                    latencies.append(time.monotonic() - t0)
+                    break
+                if time.monotonic() - t0 > 60:
+                    raise SystemExit("bench: no drain within 60 s")
+            monitoring.heal(sim, node)
+            sim.reset()
+            shutil.rmtree(work, ignore_errors=True)
+    finally:
+        sim.down()
+        shutil.rmtree(state_dir, ignore_errors=True)
+    print(f"drain: {trials} trials, 8-node sim, 5 s scrape interval, passes back to back")
+    print(
+        f"  fault-to-drain median {statistics.median(latencies):.1f} s, max {max(latencies):.1f} s "
+        f"(target <= 10 s: ratio {statistics.median(latencies) / 10.0:.2f}); all: "
+        + ", ".join(f"{x:.1f}" for x in latencies)
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="what")
+    q = sub.add_parser("query")
+    q.add_argument("--nodes", type=int, default=64)
+    q.add_argument("--runs", type=int, default=15)
+    d = sub.add_parser("drain")
+    d.add_argument("--trials", type=int, default=5)
+    args = ap.parse_args()
+    if args.what in (None, "query"):
+        bench_query(getattr(args, "nodes", 64), getattr(args, "runs", 15))
+    if args.what in (None, "drain"):
+        bench_drain(getattr(args, "trials", 5))
+
+
+if __name__ == "__main__":
+    main()

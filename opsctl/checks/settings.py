@@ -1,0 +1,77 @@
+"""The ``[health]`` section of opsctl.toml, and the glue that builds sources, thresholds and
+policy from it. Loaded through ``opsctl.config`` (registered as a section there)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from opsctl.checks.thresholds import Thresholds, load_thresholds
+from opsctl.errors import ConfigError
+from opsctl.policy import PolicyConfig
+
+SOURCES = ("prometheus", "ssh", "dcgm")
+
+
+@dataclass
+class HealthSection:
+    source: str = "prometheus"  # prometheus | ssh | dcgm
+    thresholds: str | None = field(default=None, metadata={"path": True})  # site overrides (TOML)
+    expected_gpus: int | None = None  # shortcut for thresholds gpu.expected_per_node
+    nodes: str | None = None  # default node set when Slurm cannot list nodes
+    stale_after: float = 30.0  # seconds: older exporter samples are UNKNOWN
+    window_seconds: int = 600  # counter increase window (Prometheus)
+    state_file: str = field(default="/var/lib/opsctl/health-state.json", metadata={"path": True})
+    decision_log: str = field(default="/var/log/opsctl/health-decisions.jsonl", metadata={"path": True})
+    shadow: bool = False  # log what remediation would do, change nothing
+    max_drains: int = 2  # brake: drains per window ...
+    max_fraction: float = 0.10  # ... and share of the partition per window
+    brake_window: float = 3600.0
+    storm_min_nodes: int = 3  # same signature on this many nodes (and storm_fraction) = suspect checker
+    storm_fraction: float = 0.25
+    resume_after_clean: int = 3  # K consecutive clean passes before opsctl resumes its own drain
+    ssh_user: str = "root"
+    ssh_port: int = 22
+    ssh_key: str | None = field(default=None, metadata={"path": True})
+    ssh_known_hosts: str | None = field(default=None, metadata={"path": True})
+    ssh_parallel: int = 16
+    ssh_timeout: float = 60.0  # per node
+    ib_sample_seconds: float = 2.0
+    dcgm_diag_level: int = 0  # 0: health watches only; 1-4: also run `dcgmi diag -r N`
+
+    def validate(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(f"source: must be one of {', '.join(SOURCES)} (got {self.source!r})")
+        if self.stale_after <= 0 or self.window_seconds <= 0:
+            raise ValueError("stale_after and window_seconds: must be > 0")
+        if self.ssh_parallel < 1 or self.ssh_timeout <= 0:
+            raise ValueError("ssh_parallel: must be >= 1; ssh_timeout: must be > 0")
+        if self.dcgm_diag_level not in (0, 1, 2, 3, 4):
+            raise ValueError("dcgm_diag_level: must be 0 (off) or 1-4")
+        if self.expected_gpus is not None and self.expected_gpus < 0:
+            raise ValueError("expected_gpus: must be >= 0")
+        try:
+            self.policy().validate()
+        except ConfigError as exc:
+            raise ValueError(str(exc).removeprefix("health: ")) from None
+
+    def policy(self) -> PolicyConfig:
+        return PolicyConfig(
+            max_drains=self.max_drains,
+            max_fraction=self.max_fraction,
+            window_seconds=self.brake_window,
+            storm_min_nodes=self.storm_min_nodes,
+            storm_fraction=self.storm_fraction,
+            resume_after_clean=self.resume_after_clean,
+            shadow=self.shadow,
+        )
+
+    def load_thresholds(self) -> Thresholds:
+        base = load_thresholds(self.thresholds)
+        if self.expected_gpus is None:
+            return base
+        data: dict[str, Any] = {
+            **base.data,
+            "gpu": {**base.data["gpu"], "expected_per_node": self.expected_gpus},
+        }
+        return Thresholds(data)

@@ -1,0 +1,54 @@
+"""``opsctl health``: collect, judge and (with --remediate) act. Thin over opsctl.checks.service."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from opsctl.errors import UsageError
+
+
+@click.command("health")
+@click.argument("nodeset", required=False)
+@click.option(
+    "--source",
+    type=click.Choice(["prometheus", "ssh", "dcgm"]),
+    default=None,
+    help="Where evidence comes from (default: [health] source, else prometheus).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")
+@click.option(
+    "--remediate", is_flag=True, help="Drain failing nodes (brake, ownership and shadow mode apply)."
+)
+@click.option("--dry-run", is_flag=True, help="With --remediate: decide and log, change nothing.")
+@click.option("--all", "show_all", is_flag=True, help="Table: list every verdict, not only problems.")
+@click.pass_context
+def health(
+    ctx: click.Context,
+    nodeset: str | None,
+    source: str | None,
+    as_json: bool,
+    remediate: bool,
+    dry_run: bool,
+    show_all: bool,
+) -> None:
+    """Check node health (GPUs, XIDs, ECC, NVLink, PCIe, InfiniBand, mounts, slurmd).
+
+    Exit 0 healthy (OK or WARN), 1 unhealthy, 2 usage or config error, 3 unknown.
+    """
+    from opsctl.checks import service
+
+    if dry_run and not remediate:
+        raise UsageError("--dry-run only makes sense with --remediate")
+    hctx = service.load_context((ctx.obj or {}).get("config_path"))
+    nodes = service.resolve_nodes(hctx, nodeset)
+    src = service.make_source(hctx, source or hctx.health.source)
+    result = service.run_health(hctx, nodes, src, remediate=remediate, dry_run=dry_run)
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=1, sort_keys=True))
+    else:
+        from opsctl.checks.render import render
+
+        render(result, show_all=show_all)
+    ctx.exit(result.exit_code)

@@ -1,0 +1,139 @@
+"""A simulated cluster with monitoring: real slurmctld/slurmd/munge, the emulated exporters and a
+real Prometheus, queried over its HTTP API."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from opsctl.errors import UsageError
+from opsctl.hwsim.state import load, state_path
+from opsctl.sim import monitoring
+from opsctl.sim.cluster import SimCluster
+
+pytestmark = pytest.mark.integration
+
+
+def query(url: str, promql: str) -> list[dict[str, Any]]:
+    q = urllib.parse.urlencode({"query": promql})
+    with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=10) as resp:
+        body = json.loads(resp.read())
+    assert body["status"] == "success", body
+    result: list[dict[str, Any]] = body["data"]["result"]
+    return result
+
+
+def eventually(predicate: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
+    """Wait for Prometheus to scrape (every 5 s) and reflect a change; fail with `what` otherwise."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(1.0)
+    raise AssertionError(f"never happened: {what} (last: {last!r})")
+
+
+def _pids_under(state_dir: Path) -> list[int]:
+    """Live processes whose command line mentions the state directory (read from /proc, no pgrep)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            stat = (proc / "stat").read_text()
+        except OSError:
+            continue
+        if str(state_dir) in cmdline and stat[stat.rindex(")") + 2] not in "ZX":
+            pids.append(int(proc.name))
+    return pids
+
+
+def test_eight_nodes_faults_and_clean_down(make_sim: Callable[[int], SimCluster]) -> None:
+    sim = make_sim(8)
+    info = monitoring.load_info(sim)
+    assert info is not None
+    url = info.prometheus_url
+    # opsctl.toml now points at this Prometheus.
+    assert tomllib.loads(sim.config_path.read_text())["prometheus"]["url"] == url
+
+    temps = query(url, "DCGM_FI_DEV_GPU_TEMP")
+    assert len(temps) == 64
+    assert {r["metric"]["node"] for r in temps} == set(sim.node_names)
+    assert all(r["metric"]["node"] == r["metric"]["Hostname"] for r in temps)
+    assert len(query(url, "node_infiniband_state_id == 4")) == 64
+
+    # An XID on one GPU of one node shows in the per-XID count, and nowhere else.
+    monitoring.inject(sim, "gpu-003", "xid=79,gpu=3")
+    hits = eventually(lambda: query(url, "DCGM_EXP_XID_ERRORS_COUNT"), "XID 79 scraped")
+    assert [(r["metric"]["node"], r["metric"]["gpu"], r["metric"]["xid"], r["value"][1]) for r in hits] == [
+        ("gpu-003", "3", "79", "1")
+    ]
+
+    # A dropped exporter: Prometheus marks the target down and that node's series go stale.
+    monitoring.inject(sim, "gpu-005", "exporter_down")
+    down = eventually(lambda: query(url, 'up{job="hwsim"} == 0'), "target down")
+    assert [r["metric"]["node"] for r in down] == ["gpu-005"]
+    eventually(lambda: len(query(url, "DCGM_FI_DEV_GPU_TEMP")) == 56, "stale series of gpu-005 gone")
+    assert not query(url, 'DCGM_FI_DEV_GPU_TEMP{node="gpu-005"}')
+
+    # Healing brings it back.
+    monitoring.heal(sim, "gpu-005")
+    eventually(lambda: len(query(url, 'up{job="hwsim"} == 1')) == 8, "all targets up again")
+
+    # slurmd_stopped stops the node's real slurmd; heal starts it again.
+    monitoring.inject(sim, "gpu-002", "slurmd_stopped")
+    assert not sim.slurmd_running("gpu-002")
+    assert load(state_path(monitoring.hw_dir(sim), "gpu-002")).slurmd_up is False
+    monitoring.heal(sim, "gpu-002")
+    assert sim.slurmd_running("gpu-002")
+
+    # The CLI, as an operator runs a drill: `opsctl sim inject NODE FAULT`.
+    done = subprocess.run(
+        [sys.executable, "-m", "opsctl", "sim", "inject", "gpu-004", "ib_down=mlx5_1", "--state-dir",
+         str(sim.state_dir)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    ib_down = 'node_infiniband_state_id{node="gpu-004"} == 1'
+    hits = eventually(lambda: query(url, ib_down), "mlx5_1 of gpu-004 down in Prometheus")
+    assert [r["metric"]["device"] for r in hits] == ["mlx5_1"]
+    assert len(query(url, "node_infiniband_state_id == 1")) == 1
+
+    # Bad input changes nothing.
+    with pytest.raises(UsageError):
+        monitoring.inject(sim, "gpu-099", "xid=79")
+    with pytest.raises(UsageError):
+        monitoring.inject(sim, "gpu-001", "bogus")
+    assert not load(state_path(monitoring.hw_dir(sim), "gpu-001")).faults
+
+    state_dir = sim.state_dir
+    assert len(_pids_under(state_dir)) >= 2 + 8  # exporter, prometheus, slurmctld, 8 slurmd, ...
+    sim.down()
+    assert _pids_under(state_dir) == []
+    assert not sim.procs.alive("prometheus") and not sim.procs.alive("hwsim-exporter")
+
+
+def test_sixty_four_nodes_serve_512_gpus(make_sim: Callable[[int], SimCluster]) -> None:
+    sim = make_sim(64)
+    info = monitoring.load_info(sim)
+    assert info is not None
+    temps = query(info.prometheus_url, "DCGM_FI_DEV_GPU_TEMP")
+    assert len(temps) == 512
+    assert len({(r["metric"]["node"], r["metric"]["gpu"]) for r in temps}) == 512
+    assert len({r["metric"]["UUID"] for r in temps}) == 512
+    monitoring.inject(sim, "gpu-042", "gpu_missing=5")
+    url = info.prometheus_url
+    eventually(lambda: len(query(url, "DCGM_FI_DEV_GPU_TEMP")) == 511, "GPU 5 of gpu-042 gone")

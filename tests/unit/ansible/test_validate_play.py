@@ -1,0 +1,84 @@
+"""The validate play: passes on the production inventory, stops a broken one before any host changes."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import yaml
+from provisioning_helpers import REPO, run_ansible
+
+# Every host is pointed at a closed loopback port: if a check wrongly passed, the next play
+# could reach no machine (and no address outside this one).
+NOWHERE = ["-e", "ansible_host=127.0.0.1", "-e", "ansible_port=1"]
+
+
+def test_production_inventory_passes(tmp_path):
+    proc = run_ansible("ansible-playbook", ["playbooks/validate.yml", *NOWHERE], tmp_path)
+    assert "failed=0" in proc.stdout
+    assert "gpu-064" in proc.stdout
+
+
+def test_a_broken_version_matrix_stops_site_yml_in_the_validate_play(tmp_path):
+    proc = run_ansible(
+        "ansible-playbook",
+        ["site.yml", "-e", "nvidia_fabricmanager_version=550.90.07", *NOWHERE],
+        tmp_path,
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    want = "version matrix broken: driver 550.127.08 (branch 550), fabric manager 550.90.07"
+    assert f"{want} (must equal the driver)" in out
+    plays = [line for line in proc.stdout.splitlines() if line.startswith("PLAY [")]
+    assert len(plays) == 1 and plays[0].startswith("PLAY [Validate the inventory before changing anything]")
+
+
+def test_unpinned_versions_are_refused(tmp_path):
+    proc = run_ansible(
+        "ansible-playbook",
+        ["playbooks/validate.yml", "-e", "dcgm_version=latest", "-e", "slurm_version=22.*", *NOWHERE],
+        tmp_path,
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "versions must be pinned to a release: dcgm_version=latest, slurm_version=22.*" in out
+
+
+def test_a_gpu_node_in_two_partitions_is_refused(tmp_path):
+    inv = tmp_path / "inventory"
+    shutil.copytree(REPO / "inventory" / "production", inv)
+    slurm = inv / "group_vars" / "all" / "slurm.yml"
+    data = yaml.safe_load(slurm.read_text())
+    data["slurm_partitions"].append({"name": "debug", "group": "debug_nodes"})
+    slurm.write_text(yaml.safe_dump(data))
+    (inv / "debug.yml").write_text(
+        "all:\n  children:\n    debug_nodes:\n      hosts:\n        gpu-063:\n        gpu-064:\n"
+    )
+    proc = run_ansible(
+        "ansible-playbook", ["-i", str(inv), "playbooks/validate.yml", *NOWHERE], tmp_path, check=False
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "not so for: gpu-063 (2 partitions), gpu-064 (2 partitions)" in out
+
+
+def test_a_wrongly_typed_role_argument_is_refused(tmp_path):
+    proc = run_ansible(
+        "ansible-playbook",
+        ["playbooks/validate.yml", "-e", '{"slurm_partitions": "gpu"}', *NOWHERE],
+        tmp_path,
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "slurm_partitions" in proc.stdout + proc.stderr
+
+
+def test_inventory_files_are_examples():
+    text = (REPO / "inventory" / "production" / "hosts.yml").read_text()
+    assert "EXAMPLE" in text
+    assert (
+        Path(REPO / "inventory" / "production" / "group_vars" / "gpu_nodes.yml").read_text().count("EXAMPLE")
+        >= 1
+    )
