@@ -17,7 +17,8 @@ from lab_helpers import GPU_NODES, Converged, RunningLab, lab_status
 from opsctl.lab import machines, net
 from opsctl.lab.converge import ConvergeResult
 
-pytestmark = [pytest.mark.integration, pytest.mark.lab, pytest.mark.slow]
+# The first test also builds the image (first run on a machine) and converges twice in its fixtures.
+pytestmark = [pytest.mark.integration, pytest.mark.lab, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 T = TypeVar("T")
 
