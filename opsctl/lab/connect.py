@@ -1,0 +1,164 @@
+"""Talk to the lab's Slurm and Prometheus from the host, so that `opsctl nodes/health/drain` work.
+
+After site.yml has converged the lab, `opsctl lab connect` copies the head's slurm.conf (and the
+files next to it) and the lab's munge key to the host, starts a host munged for that key on its
+own socket (never the host's default one, which the simulated cluster may use), points the copied
+slurm.conf at that socket with AuthInfo, and writes an opsctl.toml that names it. Then
+`OPSCTL_CONFIG=<state>/opsctl.toml opsctl nodes` runs the host's Slurm client against the lab.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from opsctl.errors import Unreachable
+from opsctl.lab.config import LabConfig
+from opsctl.lab.shell import run
+from opsctl.lab.ssh import ssh, ssh_argv
+
+SLURM_DIR_IN_NODE = "/etc/slurm"
+SLURM_FILES = ("slurm.conf", "gres.conf", "cgroup.conf")
+PROMETHEUS_PORT = 9090
+
+
+@dataclass(frozen=True)
+class Connection:
+    opsctl_toml: Path
+    slurm_conf: Path
+    munge_socket: Path
+    prometheus_url: str
+
+
+def host_dir(cfg: LabConfig) -> Path:
+    return cfg.state_dir / "host"
+
+
+def munge_pidfile(cfg: LabConfig) -> Path:
+    return host_dir(cfg) / "munge" / "munged.pid"
+
+
+def munge_socket_dir(cfg: LabConfig) -> Path:
+    """munged insists every directory above its socket is world-searchable, which a private state
+    dir (a test's temp dir) is not; so the socket lives under /run, named after the state dir."""
+    digest = hashlib.sha256(str(cfg.state_dir.resolve()).encode()).hexdigest()[:12]
+    return Path("/run") / f"opsctl-lab-{digest}"
+
+
+def rewrite_slurm_conf(text: str, addresses: dict[str, str], munge_socket: Path) -> str:
+    """The head's slurm.conf as the host must read it.
+
+    The host cannot resolve lab names, so controller hosts get their address in parentheses (Slurm's
+    `Name(Addr)` form); authentication goes through the host's lab munged socket.
+    """
+    out = []
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        k = key.strip().lower()
+        if sep and k in ("slurmctldhost", "controlmachine"):
+            name = value.strip().split("(")[0].strip()
+            addr = addresses.get(name)
+            line = f"{key.strip()}={name}({addr})" if addr and "(" not in value else line
+        elif sep and k == "authinfo":
+            continue  # replaced below
+        out.append(line)
+    out.append("# opsctl lab connect: authenticate through the host's lab munged")
+    out.append(f"AuthInfo=socket={munge_socket}")
+    return "\n".join(out) + "\n"
+
+
+def _fetch(cfg: LabConfig, path: str) -> bytes | None:
+    head = cfg.head
+    proc = subprocess.run(ssh_argv(cfg, head, ["cat", path]), capture_output=True, timeout=30, check=False)
+    if proc.returncode == 255:
+        raise Unreachable(
+            f"cannot reach the lab head {head.address} over SSH: {proc.stderr.decode().strip()}"
+        )
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def _munged_alive(cfg: LabConfig) -> bool:
+    try:
+        pid = int(munge_pidfile(cfg).read_text().strip())
+        os.kill(pid, 0)
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"  # a zombie has let go of everything
+
+
+def connect(cfg: LabConfig) -> Connection:
+    base = host_dir(cfg)
+    slurm_dir, munge_dir = base / "slurm", base / "munge"
+    slurm_dir.mkdir(parents=True, exist_ok=True)
+    munge_dir.mkdir(parents=True, exist_ok=True)
+    munge_dir.chmod(0o700)
+    conf = _fetch(cfg, f"{SLURM_DIR_IN_NODE}/slurm.conf")
+    key = _fetch(cfg, "/etc/munge/munge.key")
+    if conf is None or key is None:
+        raise Unreachable("the lab head has no slurm.conf or munge key yet: converge it with site.yml first")
+    socket = munge_socket_dir(cfg) / "munge.socket"
+    addresses = {m.name: m.address for m in cfg.machines}
+    (slurm_dir / "slurm.conf").write_text(rewrite_slurm_conf(conf.decode(), addresses, socket))
+    for name in SLURM_FILES[1:]:
+        extra = _fetch(cfg, f"{SLURM_DIR_IN_NODE}/{name}")
+        if extra is not None:
+            (slurm_dir / name).write_bytes(extra)
+    key_file = munge_dir / "munge.key"
+    fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(key)
+    stop_munged(cfg)  # the key may have changed since an earlier connect
+    socket.parent.mkdir(mode=0o755, exist_ok=True)
+    socket.parent.chmod(0o755)
+    run(
+        [
+            "munged",
+            f"--socket={socket}",
+            f"--key-file={key_file}",
+            f"--pid-file={munge_pidfile(cfg)}",
+            f"--log-file={munge_dir / 'munged.log'}",
+            f"--seed-file={munge_dir / 'munged.seed'}",
+        ]
+    )
+    url = f"http://{cfg.head.address}:{PROMETHEUS_PORT}"
+    toml = cfg.state_dir / "opsctl.toml"
+    toml.write_text(
+        "# Written by `opsctl lab connect`: the host's opsctl against the lab's Slurm and Prometheus.\n"
+        "[slurm]\n"
+        'backend = "cli"\n'
+        f'slurm_conf = "{slurm_dir / "slurm.conf"}"\n'
+        "\n[prometheus]\n"
+        f'url = "{url}"\n'
+        "\n[audit]\n"
+        f'log = "{cfg.state_dir / "audit.jsonl"}"\n'
+    )
+    return Connection(toml, slurm_dir / "slurm.conf", socket, url)
+
+
+def stop_munged(cfg: LabConfig) -> bool:
+    if not _munged_alive(cfg):
+        shutil.rmtree(munge_socket_dir(cfg), ignore_errors=True)
+        return False
+    pid = int(munge_pidfile(cfg).read_text().strip())
+    os.kill(pid, signal.SIGTERM)
+    # Wait for it to release its socket, so that a new munged can bind it right away.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _munged_alive(cfg):
+        time.sleep(0.1)
+    shutil.rmtree(munge_socket_dir(cfg), ignore_errors=True)
+    return True
+
+
+def slurmd_action(cfg: LabConfig, node: str, action: str) -> None:
+    """Start or stop slurmd on a lab machine over SSH (the slurmd_stopped fault and its heal)."""
+    machine = cfg.machine(node)
+    if action not in ("start", "stop"):
+        raise ValueError(action)
+    ssh(cfg, machine, ["systemctl", action, "slurmd"], timeout=60)

@@ -1,0 +1,200 @@
+"""The machine lab end to end: boot, simulated hardware, converge with site.yml, Slurm, Prometheus,
+an injected fault reaching Prometheus, and a teardown that leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from lab_helpers import GPU_NODES, Converged, RunningLab, lab_status
+
+from opsctl.lab import machines, net
+from opsctl.lab.converge import ConvergeResult
+
+# The first test also builds the image (first run on a machine) and converges twice in its fixtures.
+pytestmark = [pytest.mark.integration, pytest.mark.lab, pytest.mark.slow, pytest.mark.timeout(1800)]
+
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 120) -> T:
+    """Poll until probe() returns something truthy; the deadline only bounds waiting, nothing is timed."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(2)
+    raise AssertionError(f"gave up waiting for {what}; last probe: {last!r}")
+
+
+def prom_query(lab: RunningLab, query: str) -> list[dict[str, Any]]:
+    url = f"http://{lab.cfg.head.address}:9090/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            body = json.load(resp)
+    except OSError:
+        return []
+    result = body.get("data", {}).get("result", [])
+    return result if isinstance(result, list) else []
+
+
+def _node_of(series: dict[str, Any], lab: RunningLab) -> str:
+    labels = series["metric"]
+    if labels.get("Hostname"):
+        return str(labels["Hostname"])
+    by_addr = {m.address: m.name for m in lab.cfg.machines}
+    return by_addr.get(str(labels.get("instance", "")).split(":")[0], str(labels.get("instance")))
+
+
+def test_lab_boots_head_and_gpu_machines(lab: RunningLab) -> None:
+    status = lab_status(lab)
+    assert status["up"] is True
+    rows = status["machines"]
+    assert isinstance(rows, list)
+    assert sorted(m["name"] for m in rows) == ["gpu-001", "gpu-002", "head-01"]
+    assert all(m["state"] in ("running", "degraded") for m in rows)
+    assert (lab.inventory / "hosts.yml").is_file()
+    assert (lab.inventory / "group_vars" / "all" / "lab.yml").is_file()
+
+
+def test_gpu_machines_show_simulated_h200s_and_hcas(lab: RunningLab) -> None:
+    smi = lab.ssh("gpu-001", "nvidia-smi", "-q")
+    assert smi.returncode == 0, smi.stderr
+    assert smi.stdout.count("NVIDIA H200") == 8
+    ib = lab.ssh("gpu-002", "ibstat")
+    assert ib.returncode == 0, ib.stderr
+    assert [f"mlx5_{i}" for i in range(8)] == [
+        ln.split("'")[1] for ln in ib.stdout.splitlines() if ln.startswith("CA '")
+    ]
+    dev = lab.ssh("gpu-001", "ls", "/dev/nvidia0", "/dev/nvidia7")
+    assert dev.returncode == 0, dev.stderr
+    # The head has no simulated hardware at all.
+    assert lab.ssh("head-01", "ls", "/usr/local/bin/nvidia-smi").returncode != 0
+
+
+def test_nodes_have_no_route_out(lab: RunningLab) -> None:
+    routes = lab.ssh("gpu-001", "ip", "-4", "route", "show")
+    assert routes.returncode == 0
+    assert "default" not in routes.stdout
+    assert routes.stdout.strip().startswith(str(lab.cfg.network))
+
+
+def test_site_yml_converges_the_lab_without_failures(converged: Converged) -> None:
+    first = converged.first
+    assert isinstance(first, ConvergeResult)
+    assert set(first.recap) == {"head-01", "gpu-001", "gpu-002"}, first.output[-3000:]
+    assert first.failed_hosts == [], first.output[-6000:]
+    assert first.returncode == 0, first.output[-3000:]
+    # The roles say which hardware steps the lab skipped.
+    assert "gpu_hardware_present=false" in first.output
+
+
+def test_second_converge_changes_nothing(converged: Converged) -> None:
+    second = converged.second
+    assert isinstance(second, ConvergeResult)
+    assert second is not converged.first, "first converge failed; see the previous test"
+    assert second.failed_hosts == [], second.output[-6000:]
+    assert {h: r.changed for h, r in second.recap.items()} == {"head-01": 0, "gpu-001": 0, "gpu-002": 0}, (
+        "\n".join(ln for ln in second.output.splitlines() if ln.startswith("changed:"))
+    )
+
+
+def test_slurm_lists_gpu_nodes_idle_and_runs_on_both(lab: RunningLab, converged: Converged) -> None:
+    seen: list[str] = []
+
+    def idle() -> dict[str, str] | None:
+        proc = lab.ssh("head-01", "sinfo", "-h", "-N", "-o", "%N %t")
+        seen[:] = [proc.stdout + proc.stderr]
+        pairs = [line.split() for line in proc.stdout.splitlines()]
+        states = {p[0]: p[1] for p in pairs if len(p) == 2}
+        return states if states and all(s == "idle" for s in states.values()) else None
+
+    try:
+        states = wait_for("GPU nodes idle in sinfo", idle)
+    except AssertionError:
+        reasons = lab.ssh("head-01", "sinfo", "-R").stdout
+        raise AssertionError(f"sinfo: {seen}\nsinfo -R:\n{reasons}") from None
+    assert sorted(states) == ["gpu-001", "gpu-002"]
+    run = lab.ssh("head-01", "srun", f"-N{GPU_NODES}", "--gres=gpu:8", "hostname")
+    assert run.returncode == 0, run.stderr
+    assert sorted(run.stdout.split()) == ["gpu-001", "gpu-002"]
+
+
+def test_prometheus_has_dcgm_series_for_every_simulated_gpu(lab: RunningLab, converged: Converged) -> None:
+    def complete() -> list[dict[str, Any]] | None:
+        series = prom_query(lab, "DCGM_FI_DEV_GPU_TEMP")
+        return series if len(series) == 8 * GPU_NODES else None
+
+    series = wait_for("8 DCGM_FI_DEV_GPU_TEMP series per GPU node", complete, timeout=180)
+    per_node: dict[str, set[str]] = {}
+    for s in series:
+        per_node.setdefault(_node_of(s, lab), set()).add(str(s["metric"]["gpu"]))
+    assert per_node == {n: {str(i) for i in range(8)} for n in ("gpu-001", "gpu-002")}
+
+
+def test_injected_xid_shows_in_prometheus_and_heal_clears_it(lab: RunningLab, converged: Converged) -> None:
+    out = lab.opsctl("inject", "gpu-001", "xid=79", "--json")
+    assert json.loads(out.stdout)["active_faults"] == ["xid=79"]
+
+    def xid_seen() -> list[dict[str, Any]] | None:
+        series = prom_query(lab, "DCGM_FI_DEV_XID_ERRORS == 79")
+        return [s for s in series if _node_of(s, lab) == "gpu-001"] or None
+
+    seen = wait_for("XID 79 from gpu-001 in Prometheus", xid_seen, timeout=120)
+    assert {s["metric"]["gpu"] for s in seen} == {"0"}
+    assert not [s for s in prom_query(lab, "DCGM_FI_DEV_XID_ERRORS == 79") if _node_of(s, lab) == "gpu-002"]
+    healed = lab.opsctl("heal", "gpu-001", "--json")
+    assert json.loads(healed.stdout)["active_faults"] == []
+    wait_for("XID cleared after heal", lambda: not xid_seen() or None, timeout=120)
+
+
+def test_slurmd_stopped_fault_stops_slurmd_and_heal_restarts_it(
+    lab: RunningLab, converged: Converged
+) -> None:
+    lab.opsctl("inject", "gpu-002", "slurmd_stopped")
+    assert lab.ssh("gpu-002", "systemctl", "is-active", "slurmd").stdout.strip() != "active"
+    lab.opsctl("heal", "gpu-002")
+    assert lab.ssh("gpu-002", "systemctl", "is-active", "slurmd").stdout.strip() == "active"
+
+
+def test_unknown_fault_is_a_usage_error(lab: RunningLab) -> None:
+    proc = lab.opsctl("inject", "gpu-001", "melted", check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("opsctl: error:") and "Traceback" not in proc.stderr
+
+
+def test_host_reaches_lab_slurm_through_connect(lab: RunningLab, converged: Converged) -> None:
+    out = lab.opsctl("connect")
+    toml = Path(out.stdout.split("OPSCTL_CONFIG=", 1)[1].split()[0])
+    import subprocess
+    import tomllib
+
+    conf = tomllib.loads(toml.read_text())
+    env = dict(lab.env, SLURM_CONF=conf["slurm"]["slurm_conf"])
+    proc = subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%N"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(proc.stdout.split()) == ["gpu-001", "gpu-002"]
+
+
+def test_down_leaves_no_bridge_veth_mount_or_process(lab: RunningLab) -> None:
+    state_dir = lab.cfg.state_dir
+    lab.opsctl("down")
+    assert not net.bridge_exists(lab.cfg.bridge)
+    assert net.lab_veths(lab.cfg) == []
+    assert machines.running(lab.cfg) == []
+    mounts = Path("/proc/self/mountinfo").read_text()
+    assert str(state_dir) not in mounts
+    assert not state_dir.exists()
+    assert not (lab.inventory / "hosts.yml").exists()
+    # A second down finds nothing to do and still succeeds.
+    assert "nothing to remove" in lab.opsctl("down").stdout

@@ -1,0 +1,74 @@
+from pathlib import Path
+
+import yaml
+
+from opsctl.lab.config import LabConfig
+from opsctl.lab.inventory import inventory_data, write_inventory
+
+REPO = Path(__file__).resolve().parents[3]
+PRODUCTION_GROUPS = {
+    "slurm_controller",
+    "slurm_compute",
+    "gpu_nodes",
+    "monitoring",
+    "nfs_server",
+    "nfs_clients",
+    "lustre_clients",
+}
+
+
+def _members(data: dict, group: str) -> set[str]:
+    """Hosts of a group, following children like Ansible does."""
+    node = data["all"]["children"][group] or {}
+    out = set((node.get("hosts") or {}).keys())
+    for child in node.get("children") or {}:
+        out |= _members(data, child)
+    return out
+
+
+def test_every_production_group_exists_with_the_right_machines(tmp_path: Path) -> None:
+    cfg = LabConfig(gpu_nodes=2, state_dir=tmp_path)
+    data = inventory_data(cfg)
+    assert set(data["all"]["children"]) >= PRODUCTION_GROUPS
+    gpus = {"gpu-001", "gpu-002"}
+    assert _members(data, "gpu_nodes") == gpus
+    assert _members(data, "slurm_compute") == gpus
+    assert _members(data, "lustre_clients") == gpus
+    assert _members(data, "slurm_controller") == {"head-01"}
+    assert _members(data, "monitoring") == {"head-01"}
+
+
+def test_hosts_carry_addresses_and_the_lab_key(tmp_path: Path) -> None:
+    cfg = LabConfig(gpu_nodes=1, state_dir=tmp_path)
+    data = inventory_data(cfg)
+    hosts: dict[str, dict[str, str]] = {}
+    for group in data["all"]["children"].values():
+        hosts.update((group or {}).get("hosts") or {})
+    assert hosts["head-01"]["ansible_host"] == "10.213.0.10"
+    assert hosts["gpu-001"]["ansible_host"] == "10.213.0.11"
+    assert data["all"]["vars"]["ansible_ssh_private_key_file"] == str(tmp_path / "id_ed25519")
+    assert data["all"]["vars"]["ansible_user"] == "root"
+
+
+def test_written_inventory_round_trips_and_carries_the_lab_limits(tmp_path: Path) -> None:
+    cfg = LabConfig(gpu_nodes=2, state_dir=tmp_path / "state")
+    out = tmp_path / "inv"
+    path = write_inventory(cfg, out, REPO / "inventory" / "lab" / "group_vars")
+    assert yaml.safe_load(path.read_text()) == inventory_data(cfg)
+    flags = yaml.safe_load((out / "group_vars" / "all" / "lab.yml").read_text())
+    for name in (
+        "gpu_hardware_present",
+        "infiniband_hardware_present",
+        "cgroup_v2_available",
+        "lustre_kernel_mounts",
+        "nfs_kernel_mounts",
+    ):
+        assert flags[name] is False
+
+
+def test_production_inventory_never_references_the_lab_simulators() -> None:
+    production = REPO / "inventory" / "production"
+    for f in production.rglob("*") if production.exists() else []:
+        if f.is_file():
+            text = f.read_text()
+            assert "labsim" not in text and "opsctl.hwsim" not in text, f

@@ -1,0 +1,34 @@
+import configparser
+
+import pytest
+
+from opsctl.errors import UsageError
+from opsctl.lab import faults, labsim
+from opsctl.lab.config import LabConfig
+
+
+def test_exporter_unit_serves_port_9400_from_the_nodes_state() -> None:
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read_string(labsim.render_exporter_unit("gpu-001"))
+    start = parser["Service"]["ExecStart"].split()
+    assert start[:3] == ["/usr/bin/python3", "-m", labsim.EXPORTER_MODULE]
+    assert start[start.index("--node") + 1] == "gpu-001=9400"
+    assert start[start.index("--state-dir") + 1] == "/var/lib/hwsim"
+    assert start[start.index("--listen") + 1] == "0.0.0.0"
+    assert parser["Install"]["WantedBy"] == "multi-user.target"
+
+
+def test_only_gpu_machines_get_the_state_bind_mount(tmp_path: object) -> None:
+    cfg = LabConfig(gpu_nodes=1)
+    assert labsim.bind_args(cfg, cfg.head) == []
+    (arg,) = labsim.bind_args(cfg, cfg.machine("gpu-001"))
+    assert arg.startswith("--bind=") and arg.endswith(":/var/lib/hwsim")
+
+
+def test_faults_are_refused_on_the_head_and_unknown_nodes() -> None:
+    cfg = LabConfig(gpu_nodes=1)
+    with pytest.raises(UsageError, match="head"):
+        faults.inject(cfg, "head-01", "xid=79")
+    with pytest.raises(UsageError, match="gpu-007"):
+        faults.heal(cfg, "gpu-007")
