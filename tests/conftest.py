@@ -51,3 +51,13 @@ def run_opsctl(opsctl_bin: str) -> RunOpsctl:
                               timeout=timeout, check=False)
 
     return run
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # The hw_facts unit tests load Ansible modules in-process, and importing
+    # ansible.module_utils replaces sys.intern with a patch object; torch._dynamo, imported lazily
+    # by the training tests, then refuses to register its substitute for sys.intern. Importing
+    # dynamo before any test runs (only when the collected tests already imported torch) makes the
+    # outcome independent of test order.
+    if "torch" in sys.modules:
+        import torch._dynamo  # noqa: F401
