@@ -123,7 +123,7 @@ def test_slurm_lists_gpu_nodes_idle_and_runs_on_both(lab: RunningLab, converged:
         reasons = lab.ssh("head-01", "sinfo", "-R").stdout
         raise AssertionError(f"sinfo: {seen}\nsinfo -R:\n{reasons}") from None
     assert sorted(states) == ["gpu-001", "gpu-002"]
-    run = lab.ssh("head-01", "srun", f"-N{GPU_NODES}", "--gres=gpu:8", "hostname")
+    run = lab.ssh("head-01", "srun", f"-N{GPU_NODES}", "--gres=gpu:h200:8", "hostname")
     assert run.returncode == 0, run.stderr
     assert sorted(run.stdout.split()) == ["gpu-001", "gpu-002"]
 
