@@ -91,6 +91,34 @@ def metrics_summary(path: Path) -> dict[str, Any]:
     return out
 
 
+def reward_curve(path: Path, points: int = 8) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+    """The run's learning curve from metrics.jsonl: the orchestrator's mean training reward,
+    averaged into at most `points` bins of consecutive steps (each labelled with its last step),
+    and every held-out evaluation as (step, accuracy)."""
+    rewards: list[tuple[int, float]] = []
+    evals: list[tuple[int, float]] = []
+    if path.exists():
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("event") == "eval" and "eval_accuracy" in rec:
+                evals.append((int(rec["step"]), float(rec["eval_accuracy"])))
+                continue
+            reward = next((v for k, v in rec.items() if k.startswith("reward_mean_")), None)
+            if reward is not None and "step" in rec:
+                rewards.append((int(rec["step"]), float(reward)))
+    if not rewards:
+        return [], evals
+    size = -(-len(rewards) // points)  # ceil: at most `points` bins
+    binned = []
+    for i in range(0, len(rewards), size):
+        chunk = rewards[i : i + size]
+        binned.append((chunk[-1][0], sum(r for _, r in chunk) / len(chunk)))
+    return binned, evals
+
+
 def trainer_steps(path: Path) -> list[int]:
     """Every trainer step in metrics.jsonl, in order (a step trained twice appears twice)."""
     steps = []
@@ -335,6 +363,13 @@ class Watcher:
                          f"resumed at step {a.resume_step}{failed}")
         for r in led.remediations:
             lines.append(f"  {r.action} {r.node}: {r.why} ({r.detail})")
+        curve, evals = reward_curve(self.run_dir / "metrics.jsonl")
+        if curve:
+            lines.append("  training reward (mean, by step): "
+                         + "  ".join(f"{step}:{reward:.2f}" for step, reward in curve))
+        if evals:
+            lines.append("  held-out accuracy (by step):     "
+                         + "  ".join(f"{step}:{acc:.2f}" for step, acc in evals))
         return "\n".join(lines)
 
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from opsctl.model import Node
-from opsctl.watch import metrics_summary, node_failure, trainer_steps
+from opsctl.watch import metrics_summary, node_failure, reward_curve, trainer_steps
 
 
 def test_node_failure_reasons() -> None:
@@ -29,3 +29,21 @@ def test_metrics_summary_reads_latest_values_and_skips_torn_lines(tmp_path: Path
     assert metrics_summary(path) == {"step": 1, "reward": 0.25, "tokens_per_s": 12.5, "off_policy_lag": 1}
     assert trainer_steps(path) == [0, 1]
     assert metrics_summary(tmp_path / "absent")["step"] is None
+
+
+def test_reward_curve_bins_training_reward_and_keeps_every_eval(tmp_path: Path) -> None:
+    lines = [json.dumps({"event": "eval", "step": 0, "eval_accuracy": 0.25})]
+    for step in range(1, 11):
+        lines.append(json.dumps({"component": "trainer", "step": step, "loss": 1.0}))
+        lines.append(json.dumps({"component": "orchestrator", "step": step,
+                                 "reward_mean_arithmetic": step / 10}))
+    lines.append('{"component": "orchestrator", "step": 11, "reward_mean_arith')  # being appended
+    lines.append(json.dumps({"event": "eval", "step": 10, "eval_accuracy": 0.6}))
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    curve, evals = reward_curve(path, points=4)
+    # 10 steps in bins of ceil(10/4)=3: steps 1-3, 4-6, 7-9, 10.
+    assert [step for step, _ in curve] == [3, 6, 9, 10]
+    assert [round(r, 3) for _, r in curve] == [0.2, 0.5, 0.8, 1.0]
+    assert evals == [(0, 0.25), (10, 0.6)]
+    assert reward_curve(tmp_path / "missing.jsonl") == ([], [])
