@@ -41,11 +41,16 @@ eval "$(opsctl lab connect)"
 show opsctl nodes
 step "GPU 5 on gpu-002 falls off the bus (XID 79)"
 show opsctl lab inject gpu-002 xid=79,gpu=5
-# The next Prometheus scrape (5 s in the lab) carries it.
-for _ in $(seq 1 30); do opsctl health --json >/dev/null 2>&1 && sleep 2 || break; done
+# Prometheus was just restarted by the converge and scrapes every 5 s: wait (at most a minute)
+# until its series carry the fault, i.e. until `opsctl health` says unhealthy (exit 1).
+for _ in $(seq 1 30); do
+  rc=0; opsctl health --json >/dev/null 2>&1 || rc=$?
+  [ "$rc" = 1 ] && break
+  sleep 2
+done
 expect_rc 1 opsctl health
-show opsctl health --remediate --dry-run
-show opsctl health --remediate
+expect_rc 1 opsctl health --remediate --dry-run
+expect_rc 1 opsctl health --remediate
 show opsctl nodes
 step "The GPU is replaced: heal the node and resume it (opsctl's own drain, so no --force)"
 show opsctl lab heal gpu-002

@@ -138,6 +138,11 @@ def connect(cfg: LabConfig) -> Connection:
         f'url = "{url}"\n'
         "\n[audit]\n"
         f'log = "{cfg.state_dir / "audit.jsonl"}"\n'
+        # The health policy's memory (its own drains for the brake, clean streaks) belongs to this
+        # lab: kept in its state dir, it goes with `lab down` and never leaks into another cluster.
+        "\n[health]\n"
+        f'state_file = "{cfg.state_dir / "health-state.json"}"\n'
+        f'decision_log = "{cfg.state_dir / "health-decisions.jsonl"}"\n'
     )
     return Connection(toml, slurm_dir / "slurm.conf", socket, url)
 

@@ -508,6 +508,9 @@ class SimCluster:
                         command_timeout=60)
         self.set_config("guardrails", max_drain_fraction=0.10, min_drain_nodes=1)
         self.set_config("audit", log=str(self.audit_log))
+        # The health policy's memory (its drains for the brake, clean streaks) is per cluster.
+        self.set_config("health", state_file=str(self.state_dir / "health-state.json"),
+                        decision_log=str(self.state_dir / "health-decisions.jsonl"))
 
     def set_config(self, section: str, **values: Any) -> None:
         """Set keys in this cluster's opsctl.toml (add-ons use it, e.g. `[prometheus] url`)."""
