@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,25 +69,36 @@ def node_failure(node: Node) -> str:
     return ""
 
 
-def metrics_summary(path: Path) -> dict[str, Any]:
-    """Latest trainer step, tokens/s, reward and off-policy lag from metrics.jsonl."""
-    out: dict[str, Any] = {"step": None, "reward": None, "tokens_per_s": None, "off_policy_lag": None}
+def metrics_records(path: Path) -> Iterator[dict[str, Any]]:
+    """The JSON records of metrics.jsonl; a missing file is empty, and a line still being
+    appended (not yet valid JSON) is skipped."""
     if not path.exists():
-        return out
+        return
     with path.open(encoding="utf-8", errors="replace") as fh:
         for line in fh:
             try:
                 rec = json.loads(line)
             except ValueError:
-                continue  # a line being appended right now
-            comp = rec.get("component")
-            if comp == "trainer" and "step" in rec:
-                out["step"] = rec["step"]
-                out["tokens_per_s"] = rec.get("tokens_per_s")
-            elif comp == "orchestrator" and "off_policy_lag_max" in rec:
-                out["off_policy_lag"] = rec.get("off_policy_lag_max")
-                reward = next((v for k, v in rec.items() if k.startswith("reward_mean_")), None)
-                out["reward"] = reward
+                continue
+            if isinstance(rec, dict):
+                yield rec
+
+
+def _reward(rec: dict[str, Any]) -> Any:
+    return next((v for k, v in rec.items() if k.startswith("reward_mean_")), None)
+
+
+def metrics_summary(path: Path) -> dict[str, Any]:
+    """Latest trainer step, tokens/s, reward and off-policy lag from metrics.jsonl."""
+    out: dict[str, Any] = {"step": None, "reward": None, "tokens_per_s": None, "off_policy_lag": None}
+    for rec in metrics_records(path):
+        comp = rec.get("component")
+        if comp == "trainer" and "step" in rec:
+            out["step"] = rec["step"]
+            out["tokens_per_s"] = rec.get("tokens_per_s")
+        elif comp == "orchestrator" and "off_policy_lag_max" in rec:
+            out["off_policy_lag"] = rec.get("off_policy_lag_max")
+            out["reward"] = _reward(rec)
     return out
 
 
@@ -97,18 +108,11 @@ def reward_curve(path: Path, points: int = 8) -> tuple[list[tuple[int, float]], 
     and every held-out evaluation as (step, accuracy)."""
     rewards: list[tuple[int, float]] = []
     evals: list[tuple[int, float]] = []
-    if path.exists():
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("event") == "eval" and "eval_accuracy" in rec:
-                evals.append((int(rec["step"]), float(rec["eval_accuracy"])))
-                continue
-            reward = next((v for k, v in rec.items() if k.startswith("reward_mean_")), None)
-            if reward is not None and "step" in rec:
-                rewards.append((int(rec["step"]), float(reward)))
+    for rec in metrics_records(path):
+        if rec.get("event") == "eval" and "eval_accuracy" in rec:
+            evals.append((int(rec["step"]), float(rec["eval_accuracy"])))
+        elif (reward := _reward(rec)) is not None and "step" in rec:
+            rewards.append((int(rec["step"]), float(reward)))
     if not rewards:
         return [], evals
     size = -(-len(rewards) // points)  # ceil: at most `points` bins
@@ -121,16 +125,8 @@ def reward_curve(path: Path, points: int = 8) -> tuple[list[tuple[int, float]], 
 
 def trainer_steps(path: Path) -> list[int]:
     """Every trainer step in metrics.jsonl, in order (a step trained twice appears twice)."""
-    steps = []
-    if path.exists():
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("component") == "trainer" and "step" in rec:
-                steps.append(int(rec["step"]))
-    return steps
+    return [int(rec["step"]) for rec in metrics_records(path)
+            if rec.get("component") == "trainer" and "step" in rec]
 
 
 def committed_checkpoints(run_dir: Path) -> list[int]:
