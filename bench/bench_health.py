@@ -132,11 +132,9 @@ def bench_drain(trials: int) -> None:
         sim.up()
         for trial in range(trials):
             work = Path(tempfile.mkdtemp(prefix="hbdt"))
-            cfg = work / "opsctl.toml"
-            cfg.write_text(
-                sim.config_path.read_text() + f"\n[health]\nstale_after = 15.0\n"
-                f'state_file = "{work / "s.json"}"\ndecision_log = "{work / "d.jsonl"}"\n'
-            )
+            sim.set_config("health", stale_after=15.0, state_file=str(work / "s.json"),
+                           decision_log=str(work / "d.jsonl"))
+            cfg = sim.config_path
             ctx = service.load_context(str(cfg))
             nodes = service.resolve_nodes(ctx, None)
             src = service.make_source(ctx, "prometheus")

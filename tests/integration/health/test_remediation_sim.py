@@ -41,13 +41,10 @@ def sim():
 
 @pytest.fixture
 def cfg(sim, tmp_path):
-    """The sim's opsctl.toml plus a [health] section with a fresh state file for this test."""
-    path = tmp_path / "opsctl.toml"
-    path.write_text(
-        sim.config_path.read_text()
-        + "\n[health]\nstale_after = 15.0\nwindow_seconds = 60\nresume_after_clean = 2\n"
-        + f'state_file = "{tmp_path / "state.json"}"\ndecision_log = "{tmp_path / "decisions.jsonl"}"\n'
-    )
+    """The sim's opsctl.toml with [health] settings and a fresh state file for this test."""
+    sim.set_config("health", stale_after=15.0, window_seconds=60, resume_after_clean=2,
+                   state_file=str(tmp_path / "state.json"), decision_log=str(tmp_path / "decisions.jsonl"))
+    path = sim.config_path
     # start from a cluster that looks healthy (the previous test's faults are healed, re-scraped)
     wait_until(lambda: set(statuses(health_pass(path, remediate=False)).values()) == {"OK"}, timeout=60)
     yield path
