@@ -80,6 +80,16 @@ def watch(sim: SimCluster, config: Path, run: Path, *args: str, log: Path) -> su
                                 cwd=ROOT)
 
 
+def freeze(sim: SimCluster, run: Path) -> None:
+    """A GPU that falls off the bus (XID 79) hangs the job's collectives rather than ending it.
+    Suspending the job models that hang and keeps a fast machine from finishing the run before
+    Prometheus scrapes the fault, so the outcome does not depend on machine speed."""
+    from opsctl.launch.ledger import load_ledger
+
+    job = load_ledger(run).job_ids[-1]
+    subprocess.run(["scontrol", "suspend", str(job)], env=sim.env, check=True, capture_output=True)
+
+
 def victim_after_step(run: Path, step: int) -> str:
     """The trainer node of attempt 0, once the trainer has logged `step`."""
     from opsctl.watch import trainer_steps
@@ -105,6 +115,7 @@ def test_health_failure_mid_run_is_remediated(monitored: tuple[SimCluster, Path]
     proc = watch(sim, config, run, "--json", log=tmp_path / "w.jsonl")
     try:
         victim = victim_after_step(run, 7)
+        freeze(sim, run)
         monitoring.inject(sim, victim, "xid=79,gpu=3")  # GPU fell off the bus: fatal
         assert proc.wait(timeout=420) == 0, (tmp_path / "w.jsonl").read_text()[-3000:]
     finally:
@@ -130,6 +141,7 @@ def test_watch_gives_up_after_max_attempts(monitored: tuple[SimCluster, Path], t
     proc = watch(sim, config, run, log=log)
     try:
         victim = victim_after_step(run, 3)
+        freeze(sim, run)
         monitoring.inject(sim, victim, "xid=79,gpu=0")
         assert proc.wait(timeout=300) == 1, log.read_text()[-3000:]
     finally:
