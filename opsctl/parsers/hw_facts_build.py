@@ -172,8 +172,8 @@ def expectation_problems(hw: dict[str, Any], expected: dict[str, Any]) -> list[t
     if sub:
         wrong = sorted({g["model"] for g in hw["gpus"] if sub not in g["model"]})
         if wrong:
-            found = ", ".join(wrong)
-            out.append(("gpu_model", f"gpu_model: found {found}, expected models containing {sub!r}"))
+            models = ", ".join(wrong)
+            out.append(("gpu_model", f"gpu_model: found {models}, expected models containing {sub!r}"))
     min_mib = expected.get("gpu_memory_mib_min")
     if min_mib is not None:
         small = [str(g["index"]) for g in hw["gpus"] if (g["memory_mib"] or 0) < int(min_mib)]
