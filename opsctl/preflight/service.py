@@ -56,11 +56,8 @@ def resolve_nodes(ctx: PreflightContext, nodeset: str | None) -> list[str]:
     for given in (nodeset, ctx.preflight.nodes, ctx.health.nodes):
         if given:
             return expand_nodes(given)
-    if ctx.slurm is not None:
-        try:
-            return sorted(n.name for n in ctx.slurm.nodes(None))
-        except OpsctlError as exc:
-            raise UsageError(f"no node set given or configured, and Slurm cannot list nodes: {exc}") from None
+    if ctx.slurm is not None:  # Slurm unreachable here is the pass's UNKNOWN (exit 3), as for health
+        return sorted(n.name for n in ctx.slurm.nodes(None))
     raise UsageError(f"no node set given or configured, and no Slurm to ask ({ctx.slurm_error})")
 
 
