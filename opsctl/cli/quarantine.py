@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -74,7 +75,8 @@ def _print_table(listing: Listing) -> None:
         table.add_row(n.node, n.since or "-", n.run_id or "-", str(n.job_id) if n.job_id else "-",
                       n.user or ("watch" if n.run_id else "-"), n.reason or "-", n.slurm_state,
                       n.slurm_reason or "-")
-    Console(soft_wrap=True).print(table)
+    # Piped into grep or a ticket, a row must not be cut to an 80-column default.
+    Console(soft_wrap=True, width=None if sys.stdout.isatty() else 240).print(table)
 
 
 @quarantine.command("release")
