@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -76,20 +77,20 @@ def test_a_writer_waits_for_the_lock_and_keeps_the_other_writers_entry(tmp_path:
     assert Quarantine.load(path).nodes == {"gpu-001", "gpu-004"}
 
 
-def _add_many(path: str, first: int) -> None:
-    for i in range(first, first + 10):
-        Quarantine.load(path).add(f"gpu-{i:03d}", "stress")
+ADD_TEN = """
+import sys
+from opsctl.launch.quarantine import Quarantine
+path, first = sys.argv[1], int(sys.argv[2])
+for i in range(first, first + 10):
+    Quarantine.load(path).add(f"gpu-{i:03d}", "stress")
+"""
 
 
 def test_concurrent_writers_in_processes_lose_no_entry(tmp_path: Path) -> None:
     path = tmp_path / "q.json"
-    ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_add_many, args=(str(path), first)) for first in (0, 10, 20, 30)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
+    procs = [subprocess.Popen([sys.executable, "-c", ADD_TEN, str(path), str(first)])
+             for first in (0, 10, 20, 30)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
     assert Quarantine.load(path).nodes == {f"gpu-{i:03d}" for i in range(40)}
 
 
