@@ -73,6 +73,9 @@ def test_quarantine_keeps_a_node_out_of_launches_until_released(site: Site) -> N
     assert listed["nodes"][0]["reason"] == "fan noise, ticket 4711"
     table = site.opsctl("quarantine", "list").stdout
     assert "gpu-003" in table and "fan noise" in table and "idle" in table
+    nodes = {n["name"]: n["quarantined"] for n in json.loads(site.opsctl("nodes", "--json").stdout)}
+    assert nodes == {"gpu-001": False, "gpu-002": False, "gpu-003": True, "gpu-004": False}
+    assert "idle (quarantined)" in site.opsctl("nodes", "gpu-003").stdout
 
     dry = site.dry_run(3)
     assert dry.returncode == 0, dry.stderr
@@ -118,5 +121,8 @@ def test_bad_requests_exit_2_and_change_nothing(site: Site) -> None:
     for args in (["list"], ["release", "gpu-002"], ["add", "gpu-001", "--reason", "x"]):
         assert_one_line_error(site.opsctl("quarantine", *args), "is unreadable")
     assert_one_line_error(site.dry_run(3), "is unreadable")  # launches refuse to guess either
+    listing = site.opsctl("nodes", "--json")  # listing nodes still works, with a warning
+    assert listing.returncode == 0 and "warning: quarantine list not read" in listing.stderr
+    assert len(json.loads(listing.stdout)) == 4
     assert site.quarantine.read_text() == "{\"nodes\": ["
     assert site.sim.sinfo_states() == states
