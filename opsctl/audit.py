@@ -20,7 +20,7 @@ from opsctl.errors import ConfigError
 
 @dataclass
 class AuditRecord:
-    action: str  # drain | resume
+    action: str  # drain | resume | quarantine-add | quarantine-release
     nodes: list[str]
     result: str  # applied | dry-run | refused | failed | noop
     reason: str = ""

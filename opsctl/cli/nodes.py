@@ -33,13 +33,28 @@ def nodes(ctx: click.Context, nodeset: str | None, as_json: bool) -> None:
     names = parse_nodeset(nodeset) if nodeset is not None else None
     config = _config(ctx)
     found = backend_from_config(config).nodes(names)
+    held = _quarantined(config)
     if as_json:
-        _emit_json([n.to_dict() for n in found])
+        _emit_json([{**n.to_dict(), "quarantined": n.name in held} for n in found])
         return
-    _print_table(found)
+    _print_table(found, held)
 
 
-def _print_table(found: list[Node]) -> None:
+def _quarantined(config: Config) -> set[str]:
+    """Nodes in the launch quarantine list. Listing nodes must not fail on that file: a damaged
+    one is a warning here (`opsctl quarantine list` reports it as an error)."""
+    from opsctl.launch.quarantine import Quarantine
+    from opsctl.launch.settings import LaunchSection
+
+    path = config.section("launch", LaunchSection).quarantine_file
+    try:
+        return Quarantine.load(path).nodes
+    except OpsctlError as exc:
+        click.echo(f"warning: quarantine list not read: {exc}", err=True)
+        return set()
+
+
+def _print_table(found: list[Node], held: set[str]) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -51,7 +66,8 @@ def _print_table(found: list[Node]) -> None:
         jobs = ",".join(str(j) for j in node.jobs) or "-"
         reason = node.reason + (f" [{node.reason_user}]" if node.reason and node.reason_user else "")
         style = "red" if node.out_of_service else None
-        table.add_row(node.name, node.display_state, gpus, jobs, reason or "-", style=style)
+        state = node.display_state + (" (quarantined)" if node.name in held else "")
+        table.add_row(node.name, state, gpus, jobs, reason or "-", style=style)
     Console(soft_wrap=True).print(table)
 
 

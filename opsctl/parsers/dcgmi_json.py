@@ -14,6 +14,10 @@
 {"children": {"<system>": {"value", "overflow": [...]}}}}, "value"}}}, "Overall Health": {"value"}},
 "header": [...]}`` where values are Healthy, Warning or Failure.
 
+Quirks seen in genuine output (DCGM 3.1.0, kept in DCGM's own tests): text such as a ``WARNING:``
+line can precede the document on stdout, ``tests`` arrays can hold ``null`` entries between the
+test objects, and ``gpu_ids`` is a string list (``"0,1,2"``) or a bare integer.
+
 Standard library only: this file is also an Ansible module_util.
 """
 
@@ -50,6 +54,12 @@ class DiagReport:
 
 
 def _loads(text: str) -> Any:
+    # dcgmi may print warnings before the document: start at the first line that opens it.
+    start = text.find("{")
+    if start > 0:
+        line_start = text.rfind("\n", 0, start) + 1
+        if text[line_start:start].strip() == "":
+            text = text[start:]
     try:
         return json.loads(text)
     except ValueError as exc:
@@ -77,6 +87,8 @@ def parse_diag_test(test: dict[str, Any], category: str = "") -> list[DiagResult
     out: list[DiagResult] = []
     name = str(test.get("name", ""))
     for entry in test.get("results") or []:
+        if not isinstance(entry, dict):
+            continue
         texts, ids = _warnings(entry)
         status = str(entry.get("status", ""))
         gpus: list[int | None]
@@ -113,8 +125,11 @@ def parse_dcgmi_diag(text: str) -> DiagReport:
         driver_version=str(meta.get("Driver Version Detected", "")),
     )
     for cat in body.get("test_categories") or []:
+        if not isinstance(cat, dict):
+            continue
         for test in cat.get("tests") or []:
-            report.results.extend(parse_diag_test(test, str(cat.get("category", ""))))
+            if isinstance(test, dict):  # genuine 3.x output has null entries between tests
+                report.results.extend(parse_diag_test(test, str(cat.get("category", ""))))
     return report
 
 

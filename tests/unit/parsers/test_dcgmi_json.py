@@ -14,6 +14,23 @@ def test_dcgm4_test_object_from_issue_215(real):
     assert [(r.test, r.gpu, r.status) for r in results] == [("diagnostic", g, "Pass") for g in range(8)]
 
 
+def test_dcgm3_document_kept_in_dcgms_own_tests(real):
+    # Genuine DCGM 3.1.0 output: a WARNING line before the document, null entries between tests,
+    # gpu_ids as a string list for the deployment tests and as integers for the per-GPU plugin.
+    report = parse_dcgmi_diag(real("dcgmi-diag-j.dcgm3.1.0.nvvs-jsonresulttests.DCGM.txt"))
+    assert (report.schema, report.version) == ("dcgm3", "3.1.0")
+    deployment = [r for r in report.results if r.category == "Deployment"]
+    assert len({r.test for r in deployment}) == 9 and {r.gpu for r in deployment} == set(range(8))
+    software = [(r.test, r.gpu, r.status) for r in report.results if r.category == "Custom"]
+    assert software == [("software", g, "PASS") for g in range(8)]
+    assert report.failed() == []
+
+
+def test_text_before_the_document_must_be_whole_lines():
+    with pytest.raises(DcgmiFormatError):
+        parse_dcgmi_diag('garbage {"DCGM GPU Diagnostic": {}}')
+
+
 # No complete genuine document of these layouts was found (see SOURCES.md); the documents below
 # are minimal test inputs in the documented key layout, not samples of real output.
 DCGM4 = {
