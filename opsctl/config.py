@@ -80,6 +80,7 @@ SECTIONS: dict[str, type[Any] | str] = {
     "audit": AuditSection,
     "health": "opsctl.checks.settings:HealthSection",
     "launch": "opsctl.launch.settings:LaunchSection",
+    "preflight": "opsctl.preflight.settings:PreflightSection",
 }
 
 T = TypeVar("T")

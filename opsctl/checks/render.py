@@ -1,4 +1,5 @@
-"""The rich table for ``opsctl health`` (kept apart so --json never imports rich)."""
+"""The rich table for ``opsctl health`` and ``opsctl preflight`` (kept apart so --json never
+imports rich)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from opsctl.checks.service import HealthResult
 _STYLE = {"OK": "green", "WARN": "yellow", "FAIL": "bold red", "UNKNOWN": "magenta"}
 
 
-def render(result: HealthResult, *, show_all: bool = False) -> None:
+def render(result: HealthResult, *, show_all: bool = False, title: str = "opsctl health") -> None:
     console = Console()
-    table = Table(title=f"opsctl health ({result.source}): {result.status}", show_lines=False)
+    table = Table(title=f"{title} ({result.source}): {result.status}", show_lines=False)
     for col in ("node", "status", "check", "gpu", "summary"):
         table.add_column(col, no_wrap=col != "summary")
     for r in result.reports:

@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "launch": ("opsctl.cli.launch", "launch", "Launch training jobs (rl-run: SFT then async RL)."),
     "health": ("opsctl.cli.health", "health", "Check node health (GPU, XID, IB, mounts); can drain."),
     "watch": ("opsctl.cli.watch", "watch", "Watch a Slurm run; --remediate drains failed nodes, requeues."),
+    "preflight": ("opsctl.cli.preflight", "preflight", "Check node hardware against the expected profile."),
     "quarantine": ("opsctl.cli.quarantine", "quarantine", "List, add or release nodes launches never use."),
     "lab": ("opsctl.cli.lab", "lab", "Boot nspawn machines with simulated GPUs for tests and drills."),
 }

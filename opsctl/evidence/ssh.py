@@ -177,6 +177,74 @@ def evidence_from_outputs(
 Runner = Callable[[str, list[str], float], dict[str, CommandResult]]
 
 
+@dataclass
+class NodeRun:
+    """The outputs of fixed commands on one node, or why they could not be had."""
+
+    node: str
+    outputs: dict[str, CommandResult] = field(default_factory=dict)
+    error: str = ""  # unreachable, refused host key, timed out: the node's outputs are not usable
+
+
+def run_on_nodes(settings: SshSettings, nodes: list[str], cmds: dict[str, str]) -> list[NodeRun]:
+    """Run ``cmds`` (key -> fixed shell command) on every node, in parallel (``settings.parallel``),
+    each node within its own deadline; results in the order of ``nodes``. Shared by every source
+    that reads nodes over SSH (health, dcgm, preflight)."""
+    results: dict[str, NodeRun] = {}
+    workers = max(1, min(settings.parallel, len(nodes)))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(_run_on_node, settings, node, cmds): node for node in nodes}
+        for fut in concurrent.futures.as_completed(futures):
+            node = futures[fut]
+            try:
+                results[node] = fut.result()
+            except Exception as exc:  # a node's failure is that node's, not the run's
+                results[node] = NodeRun(node, error=f"{type(exc).__name__}: {exc}"[:200])
+    return [results[n] for n in nodes]
+
+
+def _run_on_node(s: SshSettings, node: str, cmds: dict[str, str]) -> NodeRun:
+    import paramiko
+
+    host = s.hosts.get(node, node)
+    port = s.ports.get(node, s.port)
+    deadline = time.monotonic() + s.node_timeout
+    client = paramiko.SSHClient()
+    try:
+        if s.known_hosts:
+            client.load_host_keys(s.known_hosts)
+        else:
+            client.load_system_host_keys()
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        try:
+            client.connect(
+                host,
+                port=port,
+                username=s.user,
+                key_filename=s.key_filename,
+                timeout=s.connect_timeout,
+                banner_timeout=s.connect_timeout,
+                auth_timeout=s.connect_timeout,
+                allow_agent=False,
+                look_for_keys=s.key_filename is None,
+            )
+        except paramiko.BadHostKeyException:
+            return NodeRun(node, error="host key mismatch: refused")
+        except paramiko.SSHException as exc:
+            return NodeRun(node, error=f"ssh: {exc}"[:200])
+        except OSError as exc:
+            return NodeRun(node, error=f"unreachable: {exc.strerror or exc}"[:200])
+        out: dict[str, CommandResult] = {}
+        for key, cmd in cmds.items():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return NodeRun(node, out, error=f"timed out after {s.node_timeout:g}s (at {key})")
+            out[key] = _run(client, cmd, left)
+        return NodeRun(node, out)
+    finally:
+        client.close()
+
+
 class SshSource:
     name = "ssh"
 
@@ -196,75 +264,17 @@ class SshSource:
         cmds: dict[str, str],
         build: Callable[[str, dict[str, CommandResult], float], Evidence],
     ) -> list[Evidence]:
-        results: dict[str, Evidence] = {}
-        workers = max(1, min(self.settings.parallel, len(nodes)))
-        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = {pool.submit(self._one, node, cmds, now, build): node for node in nodes}
-            for fut in concurrent.futures.as_completed(futures):
-                node = futures[fut]
-                try:
-                    results[node] = fut.result()
-                except Exception as exc:  # a node's failure is that node's UNKNOWN, not the run's
-                    results[node] = Evidence(
-                        node, "ssh", now, reachable=False, error=f"{type(exc).__name__}: {exc}"[:200]
-                    )
-        return [results[n] for n in nodes]
-
-    def _one(
-        self,
-        node: str,
-        cmds: dict[str, str],
-        now: float,
-        build: Callable[[str, dict[str, CommandResult], float], Evidence],
-    ) -> Evidence:
-        import paramiko
-
-        s = self.settings
-        host = s.hosts.get(node, node)
-        port = s.ports.get(node, s.port)
-        deadline = time.monotonic() + s.node_timeout
-        client = paramiko.SSHClient()
-        try:
-            if s.known_hosts:
-                client.load_host_keys(s.known_hosts)
-            else:
-                client.load_system_host_keys()
-            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        evidence = []
+        for run in run_on_nodes(self.settings, nodes, cmds):
+            if run.error:
+                evidence.append(Evidence(run.node, "ssh", now, reachable=False, error=run.error))
+                continue
             try:
-                client.connect(
-                    host,
-                    port=port,
-                    username=s.user,
-                    key_filename=s.key_filename,
-                    timeout=s.connect_timeout,
-                    banner_timeout=s.connect_timeout,
-                    auth_timeout=s.connect_timeout,
-                    allow_agent=False,
-                    look_for_keys=s.key_filename is None,
-                )
-            except paramiko.BadHostKeyException:
-                return Evidence(node, "ssh", now, reachable=False, error="host key mismatch: refused")
-            except paramiko.SSHException as exc:
-                return Evidence(node, "ssh", now, reachable=False, error=f"ssh: {exc}"[:200])
-            except OSError as exc:
-                return Evidence(
-                    node, "ssh", now, reachable=False, error=f"unreachable: {exc.strerror or exc}"[:200]
-                )
-            out: dict[str, CommandResult] = {}
-            for key, cmd in cmds.items():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return Evidence(
-                        node,
-                        "ssh",
-                        now,
-                        reachable=False,
-                        error=f"timed out after {s.node_timeout:g}s (at {key})",
-                    )
-                out[key] = _run(client, cmd, left)
-            return build(node, out, now)
-        finally:
-            client.close()
+                evidence.append(build(run.node, run.outputs, now))
+            except Exception as exc:  # a node's bad output is that node's UNKNOWN, not the run's
+                error = f"{type(exc).__name__}: {exc}"[:200]
+                evidence.append(Evidence(run.node, "ssh", now, reachable=False, error=error))
+        return evidence
 
 
 def _run(client: Any, cmd: str, timeout: float) -> CommandResult:

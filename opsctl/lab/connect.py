@@ -10,6 +10,7 @@ slurm.conf at that socket with AuthInfo, and writes an opsctl.toml that names it
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -17,8 +18,12 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from opsctl.errors import Unreachable
+from opsctl.lab import labsim
 from opsctl.lab.config import LabConfig
 from opsctl.lab.shell import run
 from opsctl.lab.ssh import ssh, ssh_argv
@@ -26,6 +31,10 @@ from opsctl.lab.ssh import ssh, ssh_argv
 SLURM_DIR_IN_NODE = "/etc/slurm"
 SLURM_FILES = ("slurm.conf", "gres.conf", "cgroup.conf")
 PROMETHEUS_PORT = 9090
+LAB_GPU_GROUP_VARS = (
+    Path(__file__).resolve().parents[2] / "inventory" / "lab" / "group_vars" / "gpu_nodes.yml"
+)
+HOST_KEY = "etc/ssh/ssh_host_ed25519_key.pub"
 
 
 @dataclass(frozen=True)
@@ -83,6 +92,55 @@ def _fetch(cfg: LabConfig, path: str) -> bytes | None:
     return proc.stdout if proc.returncode == 0 else None
 
 
+def lab_hw_expected(group_vars: Path = LAB_GPU_GROUP_VARS) -> dict[str, Any]:
+    """The lab inventory's ``hw_expected``: what `opsctl preflight` must find on a healthy lab."""
+    data = yaml.safe_load(group_vars.read_text())
+    expected = data.get("hw_expected") if isinstance(data, dict) else None
+    if not isinstance(expected, dict):
+        raise ValueError(f"{group_vars}: no hw_expected mapping")
+    return expected
+
+
+def known_hosts_text(cfg: LabConfig) -> str:
+    """The GPU machines' host keys, read from their files on the host (the machine's own upper
+    dir, else the base image they all boot), so preflight verifies keys it never learnt over the
+    network. A machine whose key cannot be found is left out and will be refused."""
+    from opsctl.lab.image import image_dir
+
+    lines = []
+    for m in cfg.gpu_machines:
+        for candidate in (cfg.upper_dir(m.name) / HOST_KEY, image_dir(cfg) / "rootfs" / HOST_KEY):
+            if candidate.is_file():
+                kind, key = candidate.read_text().split()[:2]
+                lines.append(f"{m.address} {kind} {key}\n")
+                break
+    return "".join(lines)
+
+
+def preflight_toml(cfg: LabConfig, expected: dict[str, Any]) -> str:
+    """``[preflight]`` for the lab: its inventory's hw_expected, the machines' addresses, and the
+    simulated InfiniBand tree's place inside the GPU machines."""
+    from opsctl.nodeset import fold
+
+    lines = ["[preflight]"]
+    for key in (
+        "gpu_count",
+        "gpu_model_substring",
+        "gpu_memory_mib_min",
+        "ib_hcas",
+        "ib_rate_gbps",
+        "nvme_data_min",
+    ):
+        if key in expected:
+            lines.append(f"{key} = {json.dumps(expected[key])}")
+    machines = cfg.gpu_machines
+    lines.append(f"nodes = {json.dumps(fold([m.name for m in machines]))}")
+    lines.append(f"ib_sysfs_root = {json.dumps(f'{labsim.STATE_MOUNT}/{labsim.SYSFS_SUBDIR}')}")
+    addresses = ", ".join(f"{json.dumps(m.name)} = {json.dumps(m.address)}" for m in machines)
+    lines.append(f"addresses = {{ {addresses} }}")
+    return "\n".join(lines) + "\n"
+
+
 def _munged_alive(cfg: LabConfig) -> bool:
     try:
         pid = int(munge_pidfile(cfg).read_text().strip())
@@ -128,6 +186,8 @@ def connect(cfg: LabConfig) -> Connection:
         ]
     )
     url = f"http://{cfg.head.address}:{PROMETHEUS_PORT}"
+    known_hosts = cfg.state_dir / "known_hosts"
+    known_hosts.write_text(known_hosts_text(cfg))
     toml = cfg.state_dir / "opsctl.toml"
     toml.write_text(
         "# Written by `opsctl lab connect`: the host's opsctl against the lab's Slurm and Prometheus.\n"
@@ -143,6 +203,10 @@ def connect(cfg: LabConfig) -> Connection:
         "\n[health]\n"
         f'state_file = "{cfg.state_dir / "health-state.json"}"\n'
         f'decision_log = "{cfg.state_dir / "health-decisions.jsonl"}"\n'
+        # `opsctl preflight` (and `health --source ssh`) reach the machines with the lab's key
+        f'ssh_key = "{cfg.ssh_key}"\n'
+        f'ssh_known_hosts = "{known_hosts}"\n'
+        "\n" + preflight_toml(cfg, lab_hw_expected())
     )
     return Connection(toml, slurm_dir / "slurm.conf", socket, url)
 

@@ -186,6 +186,41 @@ def test_host_reaches_lab_slurm_through_connect(lab: RunningLab, converged: Conv
     assert sorted(proc.stdout.split()) == ["gpu-001", "gpu-002"]
 
 
+def test_preflight_passes_on_the_lab_and_fails_the_node_missing_a_gpu(
+    lab: RunningLab, converged: Converged
+) -> None:
+    import subprocess
+    import sys
+
+    out = lab.opsctl("connect")  # writes [preflight] from the lab inventory's hw_expected
+    toml = Path(out.stdout.split("OPSCTL_CONFIG=", 1)[1].split()[0])
+
+    def preflight() -> tuple[int, dict[str, dict[str, str]], str]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "opsctl", "--config", str(toml), "preflight", "--json"],
+            env=lab.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        doc = json.loads(proc.stdout) if proc.stdout.strip() else {"nodes": []}
+        verdicts = {n["node"]: {v["code"]: v["status"] for v in n["verdicts"]} for n in doc["nodes"]}
+        return proc.returncode, verdicts, proc.stdout + proc.stderr
+
+    rc, verdicts, text = preflight()
+    assert rc == 0, text
+    assert sorted(verdicts) == ["gpu-001", "gpu-002"]
+    assert verdicts["gpu-001"]["preflight-slurm-gres"] == "OK"
+    lab.opsctl("inject", "gpu-002", "gpu_missing=3")  # the shims read the new state on their next call
+    try:
+        rc, verdicts, text = preflight()
+        assert rc == 1, text
+        assert verdicts["gpu-002"]["preflight-gpu-count"] == "FAIL"
+        assert "FAIL" not in verdicts["gpu-001"].values()
+    finally:
+        lab.opsctl("heal", "gpu-002")
+
+
 def test_down_leaves_no_bridge_veth_mount_or_process(lab: RunningLab) -> None:
     state_dir = lab.cfg.state_dir
     lab.opsctl("down")

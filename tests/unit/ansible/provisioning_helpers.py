@@ -10,6 +10,7 @@ from pathlib import Path
 from types import ModuleType
 
 import opsctl.parsers.cpuinfo
+import opsctl.parsers.hw_facts_build
 import opsctl.parsers.ib_sysfs
 import opsctl.parsers.lsblk
 import opsctl.parsers.meminfo
@@ -27,6 +28,7 @@ BIN = Path(sys.executable).parent
 # a host; in-process tests map those names onto the very same files.
 _MODULE_UTILS = {
     "cpuinfo": opsctl.parsers.cpuinfo,
+    "hw_facts_build": opsctl.parsers.hw_facts_build,
     "ib_sysfs": opsctl.parsers.ib_sysfs,
     "lsblk": opsctl.parsers.lsblk,
     "meminfo": opsctl.parsers.meminfo,

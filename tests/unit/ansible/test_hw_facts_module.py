@@ -266,3 +266,11 @@ def test_module_reports_a_missing_nvidia_smi(tmp_path, sample_node):
     hw = _adhoc(tmp_path, dict(sample_node, nvidia_smi="no-such-nvidia-smi"))["ansible_facts"]["hw"]
     assert hw["gpu_count"] == 0
     assert "no-such-nvidia-smi: not found" in hw["collection_errors"]
+
+
+def test_the_module_builds_facts_with_the_shared_code(hw_facts_module):
+    # one implementation for the module and `opsctl preflight`, not a copy
+    import opsctl.parsers.hw_facts_build as shared
+
+    assert hw_facts_module.build_hw_facts is shared.build_hw_facts
+    assert hw_facts_module.check_expected is shared.check_expected

@@ -24,3 +24,34 @@ def test_controller_gets_its_address_and_auth_goes_to_the_lab_munged() -> None:
 def test_an_explicit_controller_address_is_left_alone() -> None:
     out = rewrite_slurm_conf("SlurmctldHost=head(10.9.9.9)\n", {"head": "10.213.0.10"}, Path("/s"))
     assert "SlurmctldHost=head(10.9.9.9)" in out.splitlines()
+
+
+def test_connect_writes_a_preflight_profile_equal_to_the_lab_inventorys(tmp_path):
+    from opsctl.config import parse_config
+    from opsctl.lab.config import LabConfig
+    from opsctl.lab.connect import lab_hw_expected, preflight_toml
+    from opsctl.preflight.settings import PreflightSection
+
+    cfg = LabConfig(gpu_nodes=2, state_dir=tmp_path)
+    expected = lab_hw_expected()
+    section = parse_config(preflight_toml(cfg, expected)).section("preflight", PreflightSection)
+    assert section.expected() == expected  # the hw_expected that site.yml holds the lab to
+    assert section.nodes == "gpu-[001-002]"
+    assert section.addresses == {"gpu-001": "10.213.0.11", "gpu-002": "10.213.0.12"}
+    assert section.ib_sysfs_root == "/var/lib/hwsim/sys/class/infiniband"
+
+
+def test_known_hosts_come_from_the_machines_files(tmp_path):
+    from opsctl.lab.config import LabConfig
+    from opsctl.lab.connect import HOST_KEY, known_hosts_text
+
+    cfg = LabConfig(gpu_nodes=2, state_dir=tmp_path / "state", cache_dir=tmp_path / "cache")
+    own = cfg.upper_dir("gpu-002") / HOST_KEY
+    own.parent.mkdir(parents=True)
+    own.write_text("ssh-ed25519 AAAAown root@gpu-002\n")
+    from opsctl.lab.image import image_dir
+
+    base = image_dir(cfg) / "rootfs" / HOST_KEY
+    base.parent.mkdir(parents=True)
+    base.write_text("ssh-ed25519 AAAAbase root@image\n")
+    assert known_hosts_text(cfg) == "10.213.0.11 ssh-ed25519 AAAAbase\n10.213.0.12 ssh-ed25519 AAAAown\n"

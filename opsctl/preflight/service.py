@@ -1,0 +1,119 @@
+"""One preflight pass: run the discovery over SSH, build facts, judge, and ask Slurm for GRES.
+
+SSH settings (user, key, known_hosts, parallelism, per-node timeout) are ``[health]``'s ``ssh_*``
+keys, so one known_hosts file and one key serve both commands; the profile is ``[preflight]``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from opsctl.checks.model import Status, Verdict, worst
+from opsctl.checks.runner import NodeReport
+from opsctl.checks.service import HealthResult, expand_nodes
+from opsctl.checks.settings import HealthSection
+from opsctl.config import Config
+from opsctl.errors import OpsctlError, UsageError
+from opsctl.evidence.ssh import SshSettings, run_on_nodes
+from opsctl.model import Node
+from opsctl.preflight.collect import commands, facts_from_outputs
+from opsctl.preflight.judge import SOURCE, judge_hardware, judge_numa, judge_slurm_gres
+from opsctl.preflight.settings import PreflightSection, split_address
+from opsctl.slurm.base import SlurmBackend
+
+
+@dataclass
+class PreflightContext:
+    preflight: PreflightSection
+    health: HealthSection
+    slurm: SlurmBackend | None = None
+    slurm_error: str = ""
+
+
+def load_context(config_path: str | None) -> PreflightContext:
+    from opsctl.config import load_config
+
+    cfg = load_config(config_path)
+    return context_from_config(cfg)
+
+
+def context_from_config(cfg: Config) -> PreflightContext:
+    ctx = PreflightContext(cfg.section("preflight", PreflightSection), cfg.section("health", HealthSection))
+    try:
+        from opsctl.slurm import backend_from_config
+
+        ctx.slurm = backend_from_config(cfg)
+    except OpsctlError as exc:
+        ctx.slurm_error = str(exc)
+    except Exception as exc:  # a backend that cannot start only makes the GRES check UNKNOWN
+        ctx.slurm_error = f"{type(exc).__name__}: {exc}"
+    return ctx
+
+
+def resolve_nodes(ctx: PreflightContext, nodeset: str | None) -> list[str]:
+    """NODESET, else ``[preflight] nodes``, else ``[health] nodes``, else every node Slurm knows."""
+    for given in (nodeset, ctx.preflight.nodes, ctx.health.nodes):
+        if given:
+            return expand_nodes(given)
+    if ctx.slurm is not None:  # Slurm unreachable here is the pass's UNKNOWN (exit 3), as for health
+        return sorted(n.name for n in ctx.slurm.nodes(None))
+    raise UsageError(f"no node set given or configured, and no Slurm to ask ({ctx.slurm_error})")
+
+
+def ssh_settings(ctx: PreflightContext) -> SshSettings:
+    h = ctx.health
+    s = SshSettings(
+        user=h.ssh_user,
+        port=h.ssh_port,
+        key_filename=h.ssh_key,
+        known_hosts=h.ssh_known_hosts,
+        node_timeout=h.ssh_timeout,
+        parallel=h.ssh_parallel,
+    )
+    for node, addr in ctx.preflight.addresses.items():
+        host, port = split_address(addr)
+        s.hosts[node] = host
+        if port is not None:
+            s.ports[node] = port
+    return s
+
+
+def _slurm_view(ctx: PreflightContext) -> tuple[dict[str, Node], str]:
+    if ctx.slurm is None:
+        return {}, ctx.slurm_error or "no Slurm backend configured"
+    try:
+        return {n.name: n for n in ctx.slurm.nodes(None)}, ""
+    except OpsctlError as exc:
+        return {}, str(exc)[:200]
+    except Exception as exc:  # Slurm's trouble is the GRES check's UNKNOWN, never the pass's
+        return {}, f"{type(exc).__name__}: {exc}"[:200]
+
+
+def run_preflight(ctx: PreflightContext, nodes: list[str], *, now: float | None = None) -> HealthResult:
+    now = time.time() if now is None else now
+    p = ctx.preflight
+    expected = p.expected()
+    runs = run_on_nodes(ssh_settings(ctx), nodes, commands(p.ib_sysfs_root))
+    slurm: dict[str, Node] = {}
+    slurm_error = ""
+    if p.slurm_gres and any(not r.error for r in runs):
+        slurm, slurm_error = _slurm_view(ctx)
+    reports = []
+    for run in runs:
+        facts = facts_from_outputs(run.node, run.outputs) if not run.error else None
+        if facts is None or facts.hw is None:
+            why = run.error or (facts.error if facts else "") or "no evidence"
+            v = Verdict(
+                "evidence", Status.UNKNOWN, run.node, None, why, {"source": SOURCE, "short": "no evidence"}
+            )
+            reports.append(NodeReport(run.node, Status.UNKNOWN, [v], SOURCE))
+            continue
+        hw = facts.hw
+        verdicts = judge_hardware(run.node, hw, expected)
+        verdicts.extend(judge_numa(run.node, hw, p.ib_hcas))
+        if p.slurm_gres:
+            verdicts.append(judge_slurm_gres(run.node, hw, slurm.get(run.node), slurm_error))
+        reports.append(NodeReport(run.node, worst([v.status for v in verdicts]), verdicts, SOURCE))
+    reports.sort(key=lambda r: r.node)
+    return HealthResult(reports=reports, source=SOURCE, generated_at=now)
