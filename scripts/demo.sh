@@ -2,8 +2,9 @@
 # `make demo`: the main job end to end on the built-in lab.
 #   1. Provision: boot the nspawn lab (a head and GPU machines with simulated H200s) and converge it
 #      with the real playbook, `ansible-playbook -i inventory/lab site.yml`.
-#   2. On call in the lab: a GPU throws XID 79; `opsctl health` finds it, remediation drains that
-#      node alone through the guardrails, the node is healed and resumed.
+#   2. On call in the lab: preflight checks each machine against the H200 profile; a GPU throws
+#      XID 79; `opsctl health` finds it, remediation drains that node alone through the
+#      guardrails, the node is healed and resumed.
 #   3. Train: launch the bundled RL job (SFT, then asynchronous RL on 2-digit arithmetic) on a
 #      simulated Slurm cluster with real slurmctld/slurmd and a real Prometheus, and watch it finish;
 #      the watcher ends with the learning curve.
@@ -39,6 +40,8 @@ show ansible-playbook -i inventory/lab site.yml
 step "2. On call in the lab: reach its Slurm and Prometheus from here"
 eval "$(opsctl lab connect)"
 show opsctl nodes
+step "Preflight: every GPU machine matches the H200 profile (GPUs, HCAs, NVMe) and Slurm's GRES"
+show opsctl preflight
 step "GPU 5 on gpu-002 falls off the bus (XID 79)"
 show opsctl lab inject gpu-002 xid=79,gpu=5
 # Prometheus was just restarted by the converge and scrapes every 5 s: wait (at most a minute)
