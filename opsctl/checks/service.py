@@ -173,9 +173,10 @@ def make_source(ctx: HealthContext, name: str) -> Source:
 
 
 def _ssh_settings(h: HealthSection) -> Any:
-    from opsctl.evidence.ssh import SshSettings
+    from opsctl.evidence.ssh import SshSettings, address_map
 
     required = h.load_thresholds().get("mounts", "required")
+    hosts, ports = address_map(h.ssh_addresses)
     return SshSettings(
         user=h.ssh_user,
         port=h.ssh_port,
@@ -185,6 +186,9 @@ def _ssh_settings(h: HealthSection) -> Any:
         parallel=h.ssh_parallel,
         ib_sample_seconds=h.ib_sample_seconds,
         required_mounts=list(required),
+        hosts=hosts,
+        ports=ports,
+        ib_sysfs_root=h.ib_sysfs_root,
     )
 
 

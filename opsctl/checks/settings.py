@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from opsctl.address import split_address
 from opsctl.checks.thresholds import Thresholds, load_thresholds
 from opsctl.errors import ConfigError
 from opsctl.policy import PolicyConfig
@@ -36,6 +37,9 @@ class HealthSection:
     ssh_known_hosts: str | None = field(default=None, metadata={"path": True})
     ssh_parallel: int = 16
     ssh_timeout: float = 60.0  # per node
+    # node -> "host" or "host:port" for the ssh and dcgm sources, where a node name does not resolve
+    ssh_addresses: dict[str, str] = field(default_factory=dict)
+    ib_sysfs_root: str | None = None  # None: /sys/class/infiniband ($OPSCTL_IB_SYSFS_ROOT on a node wins)
     ib_sample_seconds: float = 2.0
     dcgm_diag_level: int = 0  # 0: health watches only; 1-4: also run `dcgmi diag -r N`
 
@@ -46,6 +50,13 @@ class HealthSection:
             raise ValueError("stale_after and window_seconds: must be > 0")
         if self.ssh_parallel < 1 or self.ssh_timeout <= 0:
             raise ValueError("ssh_parallel: must be >= 1; ssh_timeout: must be > 0")
+        if self.ib_sysfs_root is not None and not self.ib_sysfs_root.startswith("/"):
+            raise ValueError(f"ib_sysfs_root: must be an absolute path (got {self.ib_sysfs_root!r})")
+        for node, addr in self.ssh_addresses.items():
+            try:
+                split_address(addr)
+            except ValueError as exc:
+                raise ValueError(f"ssh_addresses.{node}: {exc}") from None
         if self.dcgm_diag_level not in (0, 1, 2, 3, 4):
             raise ValueError("dcgm_diag_level: must be 0 (off) or 1-4")
         if self.expected_gpus is not None and self.expected_gpus < 0:

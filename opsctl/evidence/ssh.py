@@ -19,10 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from opsctl.address import split_address
 from opsctl.evidence.convert import gpus_from_nvidia_smi, ib_from_sysfs, xids_from_dmesg
 from opsctl.evidence.model import Evidence, MountEvidence
 from opsctl.parsers.dmesg_xid import parse_dmesg_xids
-from opsctl.parsers.ib_sysfs import grep_argv, parse_grep_output, parse_ib_sysfs
+from opsctl.parsers.ib_sysfs import DEFAULT_ROOT, grep_argv, parse_grep_output, parse_ib_sysfs
 from opsctl.parsers.lfs_check import parse_lfs_check_servers
 from opsctl.parsers.nvidia_smi_nvlink import parse_nvlink_status
 from opsctl.parsers.nvidia_smi_q import parse_nvidia_smi_q
@@ -43,15 +44,33 @@ SSH_FACTS = frozenset(
         "slurmd",
     }
 )
-_ROOT_VAR = '"${OPSCTL_IB_SYSFS_ROOT:-/sys/class/infiniband}"'
 _SPLIT = "@@opsctl-sample@@"
 
 
-def _ib_command(sample_seconds: float) -> str:
+def ib_root_pick(root: str | None) -> str:
+    """Shell that sets ``r`` to the InfiniBand sysfs root: $OPSCTL_IB_SYSFS_ROOT on the node wins
+    (the simulated trees of the test rigs), then the configured root, then the kernel's."""
+    return f'r="${{OPSCTL_IB_SYSFS_ROOT:-}}"; [ -n "$r" ] || r={shlex.quote(root or DEFAULT_ROOT)}'
+
+
+def _ib_command(sample_seconds: float, root: str | None = None) -> str:
     # Globs stay outside quotes so the remote shell expands them under the (quoted) root.
     globs = " ".join('"$r"' + g[len("/ROOT") :] for g in grep_argv("/ROOT"))
     grep = f"grep -sH . {globs}"  # -H: name the file even when one matches
-    return f'r={_ROOT_VAR}; echo "@root=$r"; {grep}; echo {_SPLIT}; sleep {sample_seconds:g}; {grep}; true'
+    pick = ib_root_pick(root)
+    return f'{pick}; echo "@root=$r"; {grep}; echo {_SPLIT}; sleep {sample_seconds:g}; {grep}; true'
+
+
+def address_map(addresses: dict[str, str]) -> tuple[dict[str, str], dict[str, int]]:
+    """``{node: "host[:port]"}`` -> (SshSettings.hosts, SshSettings.ports)."""
+    hosts: dict[str, str] = {}
+    ports: dict[str, int] = {}
+    for node, addr in addresses.items():
+        host, port = split_address(addr)
+        hosts[node] = host
+        if port is not None:
+            ports[node] = port
+    return hosts, ports
 
 
 @dataclass
@@ -78,6 +97,7 @@ class SshSettings:
     required_mounts: list[dict[str, str]] = field(default_factory=list)
     hosts: dict[str, str] = field(default_factory=dict)  # node -> address (default: the node name)
     ports: dict[str, int] = field(default_factory=dict)  # node -> port (default: port)
+    ib_sysfs_root: str | None = None  # None: /sys/class/infiniband ($OPSCTL_IB_SYSFS_ROOT wins)
 
 
 def commands(settings: SshSettings) -> dict[str, str]:
@@ -86,7 +106,7 @@ def commands(settings: SshSettings) -> dict[str, str]:
         "uptime": "cat /proc/uptime",
         "nvidia_smi": "nvidia-smi -q",
         "nvlink": "nvidia-smi nvlink -s",
-        "ib": _ib_command(settings.ib_sample_seconds),
+        "ib": _ib_command(settings.ib_sample_seconds, settings.ib_sysfs_root),
         "dmesg": "dmesg",
         "slurmd": "pgrep -x slurmd",
         "mounts": "cat /proc/mounts",

@@ -117,9 +117,19 @@ def known_hosts_text(cfg: LabConfig) -> str:
     return "".join(lines)
 
 
+def ssh_toml_lines(cfg: LabConfig) -> list[str]:
+    """``[health]`` keys that let the SSH-based commands (`health --source ssh|dcgm`, `preflight`)
+    reach the GPU machines from the host: their addresses (the host does not resolve their names)
+    and the simulated InfiniBand tree's place inside them."""
+    addresses = ", ".join(f"{json.dumps(m.name)} = {json.dumps(m.address)}" for m in cfg.gpu_machines)
+    return [
+        f"ssh_addresses = {{ {addresses} }}",
+        f"ib_sysfs_root = {json.dumps(f'{labsim.STATE_MOUNT}/{labsim.SYSFS_SUBDIR}')}",
+    ]
+
+
 def preflight_toml(cfg: LabConfig, expected: dict[str, Any]) -> str:
-    """``[preflight]`` for the lab: its inventory's hw_expected, the machines' addresses, and the
-    simulated InfiniBand tree's place inside the GPU machines."""
+    """``[preflight]`` for the lab: its inventory's hw_expected and its GPU machines."""
     from opsctl.nodeset import fold
 
     lines = ["[preflight]"]
@@ -133,11 +143,7 @@ def preflight_toml(cfg: LabConfig, expected: dict[str, Any]) -> str:
     ):
         if key in expected:
             lines.append(f"{key} = {json.dumps(expected[key])}")
-    machines = cfg.gpu_machines
-    lines.append(f"nodes = {json.dumps(fold([m.name for m in machines]))}")
-    lines.append(f"ib_sysfs_root = {json.dumps(f'{labsim.STATE_MOUNT}/{labsim.SYSFS_SUBDIR}')}")
-    addresses = ", ".join(f"{json.dumps(m.name)} = {json.dumps(m.address)}" for m in machines)
-    lines.append(f"addresses = {{ {addresses} }}")
+    lines.append(f"nodes = {json.dumps(fold([m.name for m in cfg.gpu_machines]))}")
     return "\n".join(lines) + "\n"
 
 
@@ -203,10 +209,11 @@ def connect(cfg: LabConfig) -> Connection:
         "\n[health]\n"
         f'state_file = "{cfg.state_dir / "health-state.json"}"\n'
         f'decision_log = "{cfg.state_dir / "health-decisions.jsonl"}"\n'
-        # `opsctl preflight` (and `health --source ssh`) reach the machines with the lab's key
+        # `opsctl preflight` and `health --source ssh` reach the machines with the lab's key
         f'ssh_key = "{cfg.ssh_key}"\n'
         f'ssh_known_hosts = "{known_hosts}"\n'
-        "\n" + preflight_toml(cfg, lab_hw_expected())
+        + "".join(line + "\n" for line in ssh_toml_lines(cfg))
+        + "\n" + preflight_toml(cfg, lab_hw_expected())
     )
     return Connection(toml, slurm_dir / "slurm.conf", socket, url)
 

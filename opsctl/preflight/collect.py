@@ -13,7 +13,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from opsctl.evidence.ssh import CommandResult
+from opsctl.evidence.ssh import CommandResult, ib_root_pick
 from opsctl.parsers.hw_facts_build import LSBLK_ARGS, build_hw_facts, pci_sysfs_address
 from opsctl.parsers.ib_sysfs import DEFAULT_ROOT, grep_argv, parse_grep_output
 from opsctl.parsers.nvidia_smi_q import parse_nvidia_smi_q
@@ -23,14 +23,11 @@ _PCI_NUMA_RE = re.compile(r"^/sys/bus/pci/devices/([^/]+)/numa_node:(-?\d+)\s*$"
 
 
 def _ib_command(root: str | None) -> str:
-    # $OPSCTL_IB_SYSFS_ROOT on the node wins (the simulated trees of the test rigs), then the
-    # configured root, then the kernel's. Globs stay outside quotes so the shell expands them.
-    fallback = shlex.quote(root or DEFAULT_ROOT)
+    # Globs stay outside quotes so the shell expands them under the picked root.
     globs = [g for g in grep_argv("/ROOT") if "counters" not in g]  # identity and link, no counters
     globs.append("/ROOT/*/device/numa_node")
     expanded = " ".join('"$r"' + g[len("/ROOT") :] for g in globs)
-    pick = f'r="${{OPSCTL_IB_SYSFS_ROOT:-}}"; [ -n "$r" ] || r={fallback}'
-    return f'{pick}; echo "@root=$r"; grep -sH . {expanded}; true'
+    return f'{ib_root_pick(root)}; echo "@root=$r"; grep -sH . {expanded}; true'
 
 
 def commands(ib_sysfs_root: str | None = None) -> dict[str, str]:

@@ -15,11 +15,11 @@ from opsctl.checks.service import HealthResult, expand_nodes
 from opsctl.checks.settings import HealthSection
 from opsctl.config import Config
 from opsctl.errors import OpsctlError, UsageError
-from opsctl.evidence.ssh import SshSettings, run_on_nodes
+from opsctl.evidence.ssh import SshSettings, address_map, run_on_nodes
 from opsctl.model import Node
 from opsctl.preflight.collect import commands, facts_from_outputs
 from opsctl.preflight.judge import SOURCE, judge_hardware, judge_numa, judge_slurm_gres
-from opsctl.preflight.settings import PreflightSection, split_address
+from opsctl.preflight.settings import PreflightSection
 from opsctl.slurm.base import SlurmBackend
 
 
@@ -63,20 +63,18 @@ def resolve_nodes(ctx: PreflightContext, nodeset: str | None) -> list[str]:
 
 def ssh_settings(ctx: PreflightContext) -> SshSettings:
     h = ctx.health
-    s = SshSettings(
+    hosts, ports = address_map({**h.ssh_addresses, **ctx.preflight.addresses})
+    return SshSettings(
         user=h.ssh_user,
         port=h.ssh_port,
         key_filename=h.ssh_key,
         known_hosts=h.ssh_known_hosts,
         node_timeout=h.ssh_timeout,
         parallel=h.ssh_parallel,
+        hosts=hosts,
+        ports=ports,
+        ib_sysfs_root=ctx.preflight.ib_sysfs_root or h.ib_sysfs_root,
     )
-    for node, addr in ctx.preflight.addresses.items():
-        host, port = split_address(addr)
-        s.hosts[node] = host
-        if port is not None:
-            s.ports[node] = port
-    return s
 
 
 def _slurm_view(ctx: PreflightContext) -> tuple[dict[str, Node], str]:
@@ -94,7 +92,8 @@ def run_preflight(ctx: PreflightContext, nodes: list[str], *, now: float | None 
     now = time.time() if now is None else now
     p = ctx.preflight
     expected = p.expected()
-    runs = run_on_nodes(ssh_settings(ctx), nodes, commands(p.ib_sysfs_root))
+    ssh = ssh_settings(ctx)
+    runs = run_on_nodes(ssh, nodes, commands(ssh.ib_sysfs_root))
     slurm: dict[str, Node] = {}
     slurm_error = ""
     if p.slurm_gres and any(not r.error for r in runs):

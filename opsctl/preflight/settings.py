@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from opsctl.address import split_address
+
 
 def _production_hcas() -> list[str]:
     return [f"mlx5_{i}" for i in range(8)]
@@ -22,10 +24,10 @@ class PreflightSection:
     nvme_data_min: int = 1  # data (non-system) NVMe drives
     slurm_gres: bool = True  # compare each node's GRES in Slurm with what was found
     nodes: str | None = None  # default node set (else [health] nodes, else every Slurm node)
-    # node -> "host" or "host:port" where the node name does not resolve (the lab's machines)
+    # node -> "host" or "host:port", over [health] ssh_addresses (where a node name does not resolve)
     addresses: dict[str, str] = field(default_factory=dict)
-    # where the InfiniBand sysfs tree is when not /sys/class/infiniband ($OPSCTL_IB_SYSFS_ROOT on the
-    # node still wins, as for `opsctl health --source ssh`)
+    # where the InfiniBand sysfs tree is when not /sys/class/infiniband (else [health] ib_sysfs_root;
+    # $OPSCTL_IB_SYSFS_ROOT on the node still wins, as for `opsctl health --source ssh`)
     ib_sysfs_root: str | None = None
 
     def validate(self) -> None:
@@ -56,17 +58,3 @@ class PreflightSection:
                 rate = self.ib_rate_gbps
                 out["ib_rate_gbps"] = int(rate) if rate == int(rate) else rate
         return out
-
-
-def split_address(addr: str) -> tuple[str, int | None]:
-    """``"10.0.0.5"`` -> (host, None); ``"127.0.0.1:2222"`` -> (host, 2222)."""
-    host, sep, port = addr.rpartition(":")
-    if not sep:
-        host, port = addr, ""
-    if not host or any(c.isspace() for c in host):
-        raise ValueError(f"expected host or host:port, got {addr!r}")
-    if not port:
-        return host, None
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"bad port in {addr!r}")
-    return host, int(port)

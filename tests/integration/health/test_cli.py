@@ -86,9 +86,13 @@ def test_usage_and_config_errors_are_one_line_exit_2(lab, tmp_path):
         assert r.returncode == 2, (args, r.stderr)
         assert "Traceback" not in r.stderr
     bad = tmp_path / "bad.toml"
-    bad.write_text("[health]\nmax_fraction = 7\n")
-    r = opsctl(bad)
-    assert r.returncode == 2 and r.stderr.startswith("opsctl: error:") and len(r.stderr.splitlines()) == 1
+    for section, key in (("max_fraction = 7", "max_fraction"),
+                         ('ssh_addresses = { gpu-001 = "h:99999" }', "ssh_addresses.gpu-001"),
+                         ('ib_sysfs_root = "relative"', "ib_sysfs_root")):
+        bad.write_text(f"[health]\n{section}\n")
+        r = opsctl(bad)
+        assert r.returncode == 2 and r.stderr.startswith("opsctl: error:") and key in r.stderr, r.stderr
+        assert len(r.stderr.splitlines()) == 1
 
 
 def test_prometheus_down_is_exit_3(tmp_path):

@@ -221,6 +221,49 @@ def test_preflight_passes_on_the_lab_and_fails_the_node_missing_a_gpu(
         lab.opsctl("heal", "gpu-002")
 
 
+def test_health_over_ssh_reads_the_machines_and_fails_only_the_faulty_ones(
+    lab: RunningLab, converged: Converged
+) -> None:
+    import subprocess
+    import sys
+
+    out = lab.opsctl("connect")  # writes [health] ssh_addresses, ib_sysfs_root, key and known_hosts
+    toml = Path(out.stdout.split("OPSCTL_CONFIG=", 1)[1].split()[0])
+
+    def health() -> tuple[int, dict[str, dict[str, str]], str]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "opsctl", "--config", str(toml), "health", "--source", "ssh", "--json"],
+            env=lab.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        doc = json.loads(proc.stdout) if proc.stdout.strip() else {"nodes": []}
+        worst: dict[str, dict[str, str]] = {}
+        for n in doc["nodes"]:
+            for v in n["verdicts"]:
+                seen = worst.setdefault(n["node"], {}).get(v["code"], "OK")
+                worst[n["node"]][v["code"]] = v["status"] if v["status"] != "OK" else seen
+        return proc.returncode, worst, proc.stdout + proc.stderr
+
+    rc, verdicts, text = health()
+    assert rc == 0, text
+    # read on the machines themselves: the GPU shims, the InfiniBand tree, slurmd's process
+    assert {"gpu-count", "gpu-xid", "ib-port", "slurmd"} <= set(verdicts["gpu-001"]), verdicts
+    lab.opsctl("inject", "gpu-002", "xid=79,gpu=5")
+    lab.opsctl("inject", "gpu-001", "ib_down=mlx5_2")
+    try:
+        rc, verdicts, text = health()
+        assert rc == 1, text
+        assert [c for c, s in verdicts["gpu-001"].items() if s == "FAIL"] == ["ib-port"], verdicts
+        assert [c for c, s in verdicts["gpu-002"].items() if s == "FAIL"] == ["gpu-xid"], verdicts
+    finally:
+        lab.opsctl("heal", "gpu-002")
+        lab.opsctl("heal", "gpu-001")
+    rc, verdicts, text = health()
+    assert rc == 0, text
+
+
 def test_down_leaves_no_bridge_veth_mount_or_process(lab: RunningLab) -> None:
     state_dir = lab.cfg.state_dir
     lab.opsctl("down")
