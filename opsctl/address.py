@@ -16,3 +16,17 @@ def split_address(addr: str) -> tuple[str, int | None]:
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"bad port in {addr!r}")
     return host, int(port)
+
+
+def check_addresses(key: str, addresses: dict[str, str]) -> None:
+    """Config validation of a ``{node: address}`` table: ValueError naming ``key.node``."""
+    for node, addr in addresses.items():
+        try:
+            split_address(addr)
+        except ValueError as exc:
+            raise ValueError(f"{key}.{node}: {exc}") from None
+
+
+def check_absolute(key: str, path: str | None) -> None:
+    if path is not None and not path.startswith("/"):
+        raise ValueError(f"{key}: must be an absolute path (got {path!r})")

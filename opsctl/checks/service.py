@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opsctl.checks.model import Status
 from opsctl.checks.runner import NodeReport, judge
@@ -19,6 +19,9 @@ from opsctl.errors import ConfigError, OpsctlError, Refused, UsageError
 from opsctl.evidence.base import Source
 from opsctl.policy import Decision, DecisionLog, PolicyState, SlurmNodeView, act, decide
 from opsctl.slurm.base import SlurmBackend
+
+if TYPE_CHECKING:
+    from opsctl.evidence.ssh import SshSettings
 
 EXIT_BY_STATUS = {"OK": 0, "WARN": 0, "FAIL": 1, "UNKNOWN": 3}
 
@@ -164,19 +167,22 @@ def make_source(ctx: HealthContext, name: str) -> Source:
     if name == "ssh":
         from opsctl.evidence.ssh import SshSource
 
-        return SshSource(_ssh_settings(h))
+        return SshSource(_health_ssh_settings(h))
     if name == "dcgm":
         from opsctl.evidence.dcgm import DcgmSource
 
-        return DcgmSource(_ssh_settings(h), diag_level=h.dcgm_diag_level)
+        return DcgmSource(_health_ssh_settings(h), diag_level=h.dcgm_diag_level)
     raise UsageError(f"unknown source {name!r}; use prometheus, ssh or dcgm")
 
 
-def _ssh_settings(h: HealthSection) -> Any:
+def ssh_settings(
+    h: HealthSection, addresses: dict[str, str] | None = None, ib_sysfs_root: str | None = None
+) -> SshSettings:
+    """How the SSH-based commands (health's ssh and dcgm sources, preflight) reach nodes: `[health]`
+    ssh_* keys, with addresses and the IB tree overridable by the caller (preflight's own keys)."""
     from opsctl.evidence.ssh import SshSettings, address_map
 
-    required = h.load_thresholds().get("mounts", "required")
-    hosts, ports = address_map(h.ssh_addresses)
+    hosts, ports = address_map({**h.ssh_addresses, **(addresses or {})})
     return SshSettings(
         user=h.ssh_user,
         port=h.ssh_port,
@@ -185,11 +191,17 @@ def _ssh_settings(h: HealthSection) -> Any:
         node_timeout=h.ssh_timeout,
         parallel=h.ssh_parallel,
         ib_sample_seconds=h.ib_sample_seconds,
-        required_mounts=list(required),
         hosts=hosts,
         ports=ports,
-        ib_sysfs_root=h.ib_sysfs_root,
+        ib_sysfs_root=ib_sysfs_root or h.ib_sysfs_root,
     )
+
+
+def _health_ssh_settings(h: HealthSection) -> SshSettings:
+    """ssh_settings plus the mounts the thresholds require (health checks them, preflight does not)."""
+    from dataclasses import replace
+
+    return replace(ssh_settings(h), required_mounts=list(h.load_thresholds().get("mounts", "required")))
 
 
 # -- nodes ----------------------------------------------------------------------------------

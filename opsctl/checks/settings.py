@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from opsctl.address import split_address
+from opsctl.address import check_absolute, check_addresses
 from opsctl.checks.thresholds import Thresholds, load_thresholds
 from opsctl.errors import ConfigError
 from opsctl.policy import PolicyConfig
@@ -50,13 +50,8 @@ class HealthSection:
             raise ValueError("stale_after and window_seconds: must be > 0")
         if self.ssh_parallel < 1 or self.ssh_timeout <= 0:
             raise ValueError("ssh_parallel: must be >= 1; ssh_timeout: must be > 0")
-        if self.ib_sysfs_root is not None and not self.ib_sysfs_root.startswith("/"):
-            raise ValueError(f"ib_sysfs_root: must be an absolute path (got {self.ib_sysfs_root!r})")
-        for node, addr in self.ssh_addresses.items():
-            try:
-                split_address(addr)
-            except ValueError as exc:
-                raise ValueError(f"ssh_addresses.{node}: {exc}") from None
+        check_absolute("ib_sysfs_root", self.ib_sysfs_root)
+        check_addresses("ssh_addresses", self.ssh_addresses)
         if self.dcgm_diag_level not in (0, 1, 2, 3, 4):
             raise ValueError("dcgm_diag_level: must be 0 (off) or 1-4")
         if self.expected_gpus is not None and self.expected_gpus < 0:

@@ -6,6 +6,7 @@ import json
 
 import click
 
+from opsctl.cli.common import config_path
 from opsctl.errors import UsageError
 
 
@@ -41,7 +42,7 @@ def health(
 
     if dry_run and not remediate:
         raise UsageError("--dry-run only makes sense with --remediate")
-    hctx = service.load_context((ctx.obj or {}).get("config_path"))
+    hctx = service.load_context(config_path(ctx))
     nodes = service.resolve_nodes(hctx, nodeset)
     src = service.make_source(hctx, source or hctx.health.source)
     result = service.run_health(hctx, nodes, src, remediate=remediate, dry_run=dry_run)

@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from opsctl.cli.common import config_path
 from opsctl.errors import EXIT_UNHEALTHY, UsageError
 
 
@@ -60,7 +61,7 @@ def rl_run(
         if resume:
             raise UsageError("--resume is for --local runs; a Slurm run resumes by requeue (opsctl watch)")
         req = LaunchRequest(config, list(overrides), nodes, inference_nodes, nodelist, output)
-        click.echo(run_cli((ctx.obj or {}).get("config_path"), req, dry_run, as_json)[0])
+        click.echo(run_cli(config_path(ctx), req, dry_run, as_json)[0])
         return
     run, cfg = launcher.prepare(config, list(overrides), output, resume)
     if dry_run:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import click
 
 from opsctl.audit import AuditLog
+from opsctl.cli.common import config_path, emit_json
 from opsctl.config import Config, load_config
 from opsctl.errors import EXIT_UNHEALTHY, OpsctlError, UsageError
 from opsctl.model import Node
@@ -16,12 +14,7 @@ from opsctl.slurm import backend_from_config
 
 
 def _config(ctx: click.Context) -> Config:
-    obj = ctx.find_root().obj or {}
-    return load_config(obj.get("config_path"))
-
-
-def _emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=True))
+    return load_config(config_path(ctx))
 
 
 @click.command("nodes")
@@ -35,7 +28,7 @@ def nodes(ctx: click.Context, nodeset: str | None, as_json: bool) -> None:
     found = backend_from_config(config).nodes(names)
     held = _quarantined(config)
     if as_json:
-        _emit_json([{**n.to_dict(), "quarantined": n.name in held} for n in found])
+        emit_json([{**n.to_dict(), "quarantined": n.name in held} for n in found])
         return
     _print_table(found, held)
 
@@ -103,11 +96,11 @@ def drain(ctx: click.Context, nodeset: str, reason: str, dry_run: bool, force: b
         result = apply_drain(backend, audit, plan, clean_reason, dry_run)
     except OpsctlError:
         if as_json:
-            _emit_json({"action": "drain", "result": "refused" if plan.refusal else "failed",
-                        "plan": plan.to_dict()})
+            emit_json({"action": "drain", "result": "refused" if plan.refusal else "failed",
+                       "plan": plan.to_dict()})
         raise
     if as_json:
-        _emit_json({"action": "drain", "result": result, "plan": plan.to_dict()})
+        emit_json({"action": "drain", "result": result, "plan": plan.to_dict()})
         return
     _report("drain", result, plan.to_drain, plan.skipped, f"reason 'opsctl: {clean_reason}'")
 
@@ -142,12 +135,12 @@ def resume(ctx: click.Context, nodeset: str, dry_run: bool, force: bool, as_json
         result = apply_resume(backend, audit, plan, dry_run)
     except OpsctlError:
         if as_json:
-            _emit_json({"action": "resume", "result": "refused" if plan.refusal else "failed",
-                        "plan": plan.to_dict()})
+            emit_json({"action": "resume", "result": "refused" if plan.refusal else "failed",
+                       "plan": plan.to_dict()})
         raise
     silent = wait_responding(backend, plan.to_resume) if result == "applied" else []
     if as_json:
-        _emit_json({"action": "resume", "result": result, "plan": plan.to_dict(), "not_responding": silent})
+        emit_json({"action": "resume", "result": result, "plan": plan.to_dict(), "not_responding": silent})
     else:
         _report("resume", result, plan.to_resume, plan.skipped, "")
         if silent:

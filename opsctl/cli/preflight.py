@@ -7,6 +7,8 @@ import json
 
 import click
 
+from opsctl.cli.common import config_path
+
 
 @click.command("preflight")
 @click.argument("nodeset", required=False)
@@ -20,7 +22,7 @@ def preflight(ctx: click.Context, nodeset: str | None, as_json: bool, show_all: 
     """
     from opsctl.preflight import service
 
-    pctx = service.load_context((ctx.obj or {}).get("config_path"))
+    pctx = service.load_context(config_path(ctx))
     nodes = service.resolve_nodes(pctx, nodeset)
     result = service.run_preflight(pctx, nodes)
     if as_json:

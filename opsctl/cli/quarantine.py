@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
+from opsctl.cli.common import config_path, emit_json
 from opsctl.nodeset import fold, parse_nodeset
 
 if TYPE_CHECKING:
@@ -24,13 +24,9 @@ def _context(ctx: click.Context) -> tuple[str, AuditLog, Callable[[], SlurmBacke
     from opsctl.launch.settings import LaunchSection
     from opsctl.slurm import backend_from_config
 
-    config = load_config((ctx.find_root().obj or {}).get("config_path"))
+    config = load_config(config_path(ctx))
     path = config.section("launch", LaunchSection).quarantine_file
     return path, AuditLog(config.audit.log), lambda: backend_from_config(config)
-
-
-def _emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=True))
 
 
 @click.group("quarantine")
@@ -53,7 +49,7 @@ def list_cmd(ctx: click.Context, nodeset: str | None, as_json: bool) -> None:
     # An empty list needs no Slurm state: do not wait on slurmctld for it.
     listing = list_quarantine(found, read_slurm(backend) if found.entries else SlurmView({}), names)
     if as_json:
-        _emit_json(listing.to_dict())
+        emit_json(listing.to_dict())
         return
     if not listing.slurm_reachable:
         click.echo(f"warning: Slurm state unknown: {listing.slurm_error}", err=True)
@@ -93,7 +89,7 @@ def release(ctx: click.Context, nodeset: str, reason: str, dry_run: bool, as_jso
     path, audit, backend = _context(ctx)
     plan, result = quarantine_ops.release(path, audit, backend, nodeset, reason, dry_run)
     if as_json:
-        _emit_json({"action": quarantine_ops.RELEASE, "result": result, "plan": plan.to_dict()})
+        emit_json({"action": quarantine_ops.RELEASE, "result": result, "plan": plan.to_dict()})
         return
     target = fold(plan.requested)
     if result == "dry-run":
@@ -123,7 +119,7 @@ def add(ctx: click.Context, nodeset: str, reason: str, dry_run: bool, as_json: b
     path, audit, backend = _context(ctx)
     plan, result = quarantine_ops.add(path, audit, backend, nodeset, reason, dry_run)
     if as_json:
-        _emit_json({"action": quarantine_ops.ADD, "result": result, "plan": plan.to_dict()})
+        emit_json({"action": quarantine_ops.ADD, "result": result, "plan": plan.to_dict()})
         return
     if plan.slurm_error:
         click.echo(f"warning: node names not checked against Slurm: {plan.slurm_error}", err=True)

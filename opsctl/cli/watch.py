@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from opsctl.cli.common import config_path
 from opsctl.errors import EXIT_OK, EXIT_UNHEALTHY, EXIT_UNKNOWN
 
 EXIT_BY_FINAL = {"COMPLETED": EXIT_OK, "UNKNOWN": EXIT_UNKNOWN}
@@ -60,7 +61,7 @@ def watch(ctx: click.Context, run: str, as_json: bool, remediate: bool, interval
     node health. Exit 0 when the run completed, 1 when it failed or gave up, 3 when unknown."""
     from opsctl.watch import make_watcher
 
-    watcher = make_watcher((ctx.obj or {}).get("config_path"), run, remediate)
+    watcher = make_watcher(config_path(ctx), run, remediate)
     pause = interval if interval is not None else watcher.settings.poll_s
     if interval is not None and interval <= 0:
         from opsctl.errors import UsageError

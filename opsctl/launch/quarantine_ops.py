@@ -9,7 +9,8 @@ Neither action touches Slurm: adding does not drain, releasing does not resume.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -229,32 +230,35 @@ def _origin(entry: QuarantineEntry) -> str:
     return f"{entry.reason!r} by {entry.user or 'unknown'}"
 
 
+@contextmanager
+def _audit_refusal(audit: AuditLog, action: str, nodeset: str, reason: str) -> Iterator[None]:
+    """Bad input is audited as rejected, an unreadable file or cluster as failed; then re-raised."""
+    try:
+        yield
+    except OpsctlError as exc:
+        record_rejected(audit, action, nodeset, reason, str(exc),
+                        "rejected" if isinstance(exc, UsageError) else "failed")
+        raise
+
+
 def release(path: str | Path, audit: AuditLog, backend_factory: Callable[[], SlurmBackend],
             nodeset: str, reason: str = "", dry_run: bool = False) -> tuple[ReleasePlan, str]:
     """`opsctl quarantine release`: validate, plan, apply; bad input is audited as rejected."""
-    try:
+    with _audit_refusal(audit, RELEASE, nodeset, reason):
         names = parse_nodeset(nodeset)
         clean = validate_reason(reason) if reason.strip() else ""
         quarantine = Quarantine.load(path)
         check_quarantined(quarantine, names)  # before asking Slurm: the answer does not depend on it
         plan = plan_release(quarantine, names, read_slurm(backend_factory), clean)
-    except OpsctlError as exc:
-        record_rejected(audit, RELEASE, nodeset, reason, str(exc),
-                        "rejected" if isinstance(exc, UsageError) else "failed")
-        raise
     return plan, apply_release(path, audit, plan, dry_run)
 
 
 def add(path: str | Path, audit: AuditLog, backend_factory: Callable[[], SlurmBackend],
         nodeset: str, reason: str, dry_run: bool = False) -> tuple[AddPlan, str]:
     """`opsctl quarantine add`: validate, plan, apply; bad input is audited as rejected."""
-    try:
+    with _audit_refusal(audit, ADD, nodeset, reason):
         names = parse_nodeset(nodeset)
         clean = validate_reason(reason)
         quarantine = Quarantine.load(path)
         plan = plan_add(quarantine, names, read_slurm(backend_factory), clean)
-    except OpsctlError as exc:
-        record_rejected(audit, ADD, nodeset, reason, str(exc),
-                        "rejected" if isinstance(exc, UsageError) else "failed")
-        raise
     return plan, apply_add(path, audit, plan, dry_run)

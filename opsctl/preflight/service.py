@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 from opsctl.checks.model import Status, Verdict, worst
 from opsctl.checks.runner import NodeReport
-from opsctl.checks.service import HealthResult, expand_nodes
+from opsctl.checks.service import HealthResult, expand_nodes, ssh_settings
 from opsctl.checks.settings import HealthSection
 from opsctl.config import Config
 from opsctl.errors import OpsctlError, UsageError
-from opsctl.evidence.ssh import SshSettings, address_map, run_on_nodes
+from opsctl.evidence.ssh import SshSettings, run_on_nodes
 from opsctl.model import Node
 from opsctl.preflight.collect import commands, facts_from_outputs
 from opsctl.preflight.judge import SOURCE, judge_hardware, judge_numa, judge_slurm_gres
@@ -61,20 +61,9 @@ def resolve_nodes(ctx: PreflightContext, nodeset: str | None) -> list[str]:
     raise UsageError(f"no node set given or configured, and no Slurm to ask ({ctx.slurm_error})")
 
 
-def ssh_settings(ctx: PreflightContext) -> SshSettings:
-    h = ctx.health
-    hosts, ports = address_map({**h.ssh_addresses, **ctx.preflight.addresses})
-    return SshSettings(
-        user=h.ssh_user,
-        port=h.ssh_port,
-        key_filename=h.ssh_key,
-        known_hosts=h.ssh_known_hosts,
-        node_timeout=h.ssh_timeout,
-        parallel=h.ssh_parallel,
-        hosts=hosts,
-        ports=ports,
-        ib_sysfs_root=ctx.preflight.ib_sysfs_root or h.ib_sysfs_root,
-    )
+def preflight_ssh_settings(ctx: PreflightContext) -> SshSettings:
+    """[health]'s SSH settings with [preflight]'s addresses and IB tree over them."""
+    return ssh_settings(ctx.health, ctx.preflight.addresses, ctx.preflight.ib_sysfs_root)
 
 
 def _slurm_view(ctx: PreflightContext) -> tuple[dict[str, Node], str]:
@@ -92,7 +81,7 @@ def run_preflight(ctx: PreflightContext, nodes: list[str], *, now: float | None 
     now = time.time() if now is None else now
     p = ctx.preflight
     expected = p.expected()
-    ssh = ssh_settings(ctx)
+    ssh = preflight_ssh_settings(ctx)
     runs = run_on_nodes(ssh, nodes, commands(ssh.ib_sysfs_root))
     slurm: dict[str, Node] = {}
     slurm_error = ""

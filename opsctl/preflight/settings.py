@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from opsctl.address import split_address
+from opsctl.address import check_absolute, check_addresses
 
 
 def _production_hcas() -> list[str]:
@@ -36,13 +36,8 @@ class PreflightSection:
                 raise ValueError(f"{key}: must be >= 0 (got {getattr(self, key)})")
         if self.ib_rate_gbps < 0:
             raise ValueError(f"ib_rate_gbps: must be >= 0 (got {self.ib_rate_gbps})")
-        if self.ib_sysfs_root is not None and not self.ib_sysfs_root.startswith("/"):
-            raise ValueError(f"ib_sysfs_root: must be an absolute path (got {self.ib_sysfs_root!r})")
-        for node, addr in self.addresses.items():
-            try:
-                split_address(addr)
-            except ValueError as exc:
-                raise ValueError(f"addresses.{node}: {exc}") from None
+        check_absolute("ib_sysfs_root", self.ib_sysfs_root)
+        check_addresses("addresses", self.addresses)
 
     def expected(self) -> dict[str, Any]:
         """The profile as the hw_facts module's ``expected`` takes it (hw_expected's keys); a zero

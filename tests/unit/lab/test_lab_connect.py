@@ -27,11 +27,11 @@ def test_an_explicit_controller_address_is_left_alone() -> None:
 
 
 def test_connect_writes_a_preflight_profile_equal_to_the_lab_inventorys(tmp_path):
-    from opsctl.checks.service import _ssh_settings
+    from opsctl.checks.service import ssh_settings
     from opsctl.config import parse_config
     from opsctl.lab.config import LabConfig
     from opsctl.lab.connect import lab_hw_expected, preflight_toml, ssh_toml_lines
-    from opsctl.preflight.service import PreflightContext, ssh_settings
+    from opsctl.preflight.service import PreflightContext, preflight_ssh_settings
     from opsctl.preflight.settings import PreflightSection
 
     cfg = LabConfig(gpu_nodes=2, state_dir=tmp_path)
@@ -43,7 +43,7 @@ def test_connect_writes_a_preflight_profile_equal_to_the_lab_inventorys(tmp_path
     assert section.nodes == "gpu-[001-002]"
     # health's SSH sources and preflight reach the machines at their addresses, in the same tree
     health = config.section("health")
-    for ssh in (_ssh_settings(health), ssh_settings(PreflightContext(section, health))):
+    for ssh in (ssh_settings(health), preflight_ssh_settings(PreflightContext(section, health))):
         assert ssh.hosts == {"gpu-001": "10.213.0.11", "gpu-002": "10.213.0.12"} and ssh.ports == {}
         assert ssh.ib_sysfs_root == "/var/lib/hwsim/sys/class/infiniband"
 
