@@ -10,6 +10,26 @@ from typing import Any
 
 # The prefix every opsctl drain reason carries; it is how opsctl tells its drains from an operator's.
 OPSCTL_REASON_PREFIX = "opsctl:"
+# Who made an opsctl drain, as the second word of its reason: ``opsctl:<owner>:<detail>``.
+# health: automatic remediation (the only drains health may resume, and only with proof of the fix);
+# watch: a node that failed under a run (resumed by a person); manual: `opsctl drain` by an operator.
+DRAIN_OWNERS = ("health", "watch", "manual")
+
+
+def drain_owner(reason: str) -> str:
+    """The owner of a drain from its Slurm reason: health, watch, manual, legacy (an opsctl reason
+    from before owners were recorded; resumed only by a person) or "" (not opsctl's)."""
+    if not reason.startswith(OPSCTL_REASON_PREFIX):
+        return ""
+    word = reason[len(OPSCTL_REASON_PREFIX):].split(":", 1)[0]
+    return word if word in DRAIN_OWNERS else "legacy"
+
+
+def owned_reason(owner: str, detail: str) -> str:
+    """``opsctl:<owner>:<detail>``; the reason every opsctl drain sets."""
+    if owner not in DRAIN_OWNERS:
+        raise ValueError(f"unknown drain owner {owner!r}")
+    return f"{OPSCTL_REASON_PREFIX}{owner}:{detail}"
 
 
 @dataclass
@@ -38,6 +58,11 @@ class Node:
     @property
     def drained_by_opsctl(self) -> bool:
         return self.drain_flag and self.reason.startswith(OPSCTL_REASON_PREFIX)
+
+    @property
+    def drain_owner(self) -> str:
+        """health | watch | manual | legacy for opsctl's drains, "" for anyone else's (or none)."""
+        return drain_owner(self.reason) if self.drain_flag else ""
 
     @property
     def out_of_service(self) -> bool:

@@ -18,6 +18,13 @@ class NodeReport:
     status: Status
     verdicts: list[Verdict] = field(default_factory=list)
     source: str = ""
+    # facts remediation latches on (not judgements): the kernel boot, each GPU's UUID and what the
+    # driver says it needs, the XID mode and the probes that hung in this pass
+    boot_id: str = ""
+    gpu_uuids: dict[int, str] = field(default_factory=dict)
+    recovery: dict[int, str] = field(default_factory=dict)  # gpu -> recovery action, where known
+    xid_mode: str = ""
+    probe_timeouts: list[str] = field(default_factory=list)
 
     @property
     def problems(self) -> list[Verdict]:
@@ -29,6 +36,8 @@ class NodeReport:
             "status": self.status.value,
             "source": self.source,
             "verdicts": [v.to_json() for v in self.verdicts],
+            "boot_id": self.boot_id,
+            "xid_mode": self.xid_mode,
         }
 
 
@@ -43,13 +52,28 @@ def judge_node(ev: Evidence, th: Thresholds, now: float) -> NodeReport:
             ev.error or "no evidence",
             {"source": ev.source, "short": "no evidence"},
         )
-        return NodeReport(ev.node, Status.UNKNOWN, [v], ev.source)
+        return NodeReport(ev.node, Status.UNKNOWN, [v], ev.source, boot_id=ev.boot_id)
     verdicts: list[Verdict] = []
     for check in CATALOGUE:
         if check.fact not in ev.provides:
             continue
         verdicts.extend(check.fn(ev, th, now))
-    return NodeReport(ev.node, worst([v.status for v in verdicts]), verdicts, ev.source)
+    return NodeReport(
+        ev.node,
+        worst([v.status for v in verdicts]),
+        verdicts,
+        ev.source,
+        boot_id=ev.boot_id,
+        gpu_uuids={g.index: g.uuid for g in ev.gpus if g.uuid},
+        recovery={
+            g.index: g.recovery_action if g.recovery_action is not None else
+            ("reset" if g.reset_required else "none")
+            for g in ev.gpus
+            if g.recovery_action is not None or g.reset_required is not None
+        },
+        xid_mode=ev.xid_mode,
+        probe_timeouts=list(ev.probe_timeouts),
+    )
 
 
 def judge(evidence: Iterable[Evidence], th: Thresholds, now: float) -> list[NodeReport]:

@@ -61,6 +61,10 @@ class GpuEvidence:
     pcie_gen_max: int | None = None
     pcie_width: int | None = None
     pcie_width_max: int | None = None
+    # what the driver says the GPU needs now (NVML nvmlDeviceGetGpuRecoveryAction, DCGM field 1523
+    # DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION): none | reset | reboot | drain_p2p | drain_and_reset
+    recovery_action: str | None = None
+    reset_required: bool | None = None  # nvidia-smi -q "GPU Reset Status / Reset Required"
     thermal_throttle: bool | None = None
     power_throttle: bool | None = None  # hardware power brake, not the normal software cap
     temperature_c: float | None = None
@@ -105,5 +109,12 @@ class Evidence:
     slurmd_alive: bool | None = None
     # DCGM's own verdicts (health watches, diagnostics): {"gpu", "system", "status", "message"}
     dcgm_incidents: list[dict[str, Any]] | None = None
+    # probes that did not answer in time in this collection (a hung mount "mount:/lustre", a hung
+    # "nvidia-smi"): UNKNOWN now, FAIL (code probe-hung) after several passes in a row
+    probe_timeouts: list[str] = field(default_factory=list)
+    # how the XIDs were learnt: "count" (DCGM_EXP_XID_ERRORS_COUNT over a window), "last-value"
+    # (DCGM_FI_DEV_XID_ERRORS only: a later harmless XID hides a fatal one), "kernel-log" (dmesg or
+    # the journal); "" when the source reports no XIDs at all
+    xid_mode: str = ""
     provides: frozenset[str] = frozenset()  # facts this source reports for every node
     raw: dict[str, Any] = field(default_factory=dict)  # source-specific extra detail
