@@ -17,7 +17,7 @@ from typing import Any
 from opsctl.audit import AuditLog, AuditRecord
 from opsctl.config import GuardrailsSection
 from opsctl.errors import ConfigError, OpsctlError, Refused, UsageError
-from opsctl.model import OPSCTL_REASON_PREFIX, Node
+from opsctl.model import Node, owned_reason
 from opsctl.nodeset import fold
 from opsctl.slurm.base import SlurmBackend, select_nodes
 
@@ -43,7 +43,8 @@ def validate_reason(text: str) -> str:
 
 
 def opsctl_reason(reason: str) -> str:
-    return f"{OPSCTL_REASON_PREFIX} {reason}"
+    """An operator's drain through opsctl: ``opsctl:manual:<text>`` (remediation never resumes it)."""
+    return owned_reason("manual", reason)
 
 
 @dataclass

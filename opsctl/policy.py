@@ -1,41 +1,80 @@
 """Remediation policy: turn node reports into decisions (decide), then carry them out (act).
 
 ``decide`` is pure: reports + the Slurm view of the nodes + persisted state in, decisions out.
-Only ``act`` changes the world (drain/resume through the Slurm backend), and it does nothing in
-dry-run or shadow mode beyond writing what it would have done to the audit log.
+Only ``act`` changes the world (drain/resume through the Slurm backend); in dry-run it changes
+nothing, and in shadow mode it changes only the shadow state (so a shadow run shows the brake,
+holds and resumes it would have made).
 
 Rules, in order:
 
 1. Storm: when the same failure signature (check code, plus the XID for XID failures) appears on
    at least ``storm_min_nodes`` nodes and ``storm_fraction`` of the partition in one pass, the
    checker or the fabric is suspect: raise an alert and drain none of them.
-2. Ownership: a node drained by anyone else (reason not starting with ``opsctl:``) is left alone,
-   never re-drained, never resumed. A down node is left alone too.
+2. Ownership: remediation resumes only its own automatic drains: a reason ``opsctl:health:...``
+   that matches the latch it recorded when it drained. Operators' drains, ``opsctl drain``
+   (``opsctl:manual:``) and the watcher's drains (``opsctl:watch:``) are never resumed or re-drained
+   by it; a down node is left alone too.
 3. Brake: at most ``max_drains`` nodes, and at most ``max_fraction`` of the partition, are drained
-   by opsctl per ``window_seconds``; beyond that, hold and alert.
-4. Resume: a node opsctl drained is resumed only after ``resume_after_clean`` consecutive passes
-   in which it was OK or WARN (UNKNOWN breaks the streak), and only while its reason is still ours.
+   by opsctl (health and watch together) per ``window_seconds``; beyond that, hold and alert.
+4. Latch: every drain records the action its fault needs (restart_app, reset_gpu, reboot, replace),
+   the GPU (index and UUID) and the boot id. A node drained again for the same GPU (or, without a
+   GPU, the same check) within ``escalate_window`` is escalated: held for a person, with an alert.
+5. Resume: after ``resume_after_clean`` consecutive OK/WARN passes (UNKNOWN breaks the streak), and
+   only with proof of the fix: reboot-class needs a changed boot id, reset-class a reset (a changed
+   boot id, or the driver's recovery action going from "reset" back to "none" on that GPU);
+   replace-class and escalated drains are never resumed automatically.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
 import re
 import tempfile
 from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 
 from opsctl.checks.model import Status, Verdict
 from opsctl.checks.runner import NodeReport
 from opsctl.errors import ConfigError, Refused
+from opsctl.model import drain_owner, owned_reason
 
-REASON_PREFIX = "opsctl:"
+REASON_PREFIX = "opsctl:health:"
 MAX_REASON = 120
+# What a fault needs before the node may take work again, least to most; a drain latches the worst.
+ACTIONS = ("none", "restart_app", "reset_gpu", "reboot", "replace")
+_ACTION_RANK = {a: i for i, a in enumerate(ACTIONS)}
+# A failing check's action when its verdict does not name one (evidence "action").
+DEFAULT_ACTIONS = {
+    "gpu-count": "reboot",  # a GPU off the bus comes back only with a reboot
+    "gpu-xid": "reboot",  # an unclassified XID is treated as fatal
+    "gpu-ecc-dbe": "reset_gpu",
+    "gpu-row-remap": "reset_gpu",
+    "gpu-retired-pages": "replace",
+    "gpu-nvlink": "reset_gpu",
+    "gpu-pcie": "reboot",
+    "gpu-throttle": "restart_app",
+    "gpu-recovery": "reset_gpu",
+    "gpu-fabric": "reboot",
+    "nvswitch-sxid": "reboot",
+    "dcgm-health": "reset_gpu",
+    "probe-hung": "reboot",
+}
+# recovery actions (NVML's, as evidence carries them) that ask for a reset or more
+_RESET_ASKED = {"reset", "drain_and_reset"}
+
+
+def required_action(v: Verdict) -> str:
+    action = v.evidence.get("action")
+    if isinstance(action, str) and action in _ACTION_RANK:
+        return action
+    return DEFAULT_ACTIONS.get(v.code, "none")
 
 
 class SlurmNodeView(Protocol):
@@ -50,9 +89,11 @@ class SlurmNodeView(Protocol):
 
 
 class SlurmActions(Protocol):
-    def drain(self, names: Sequence[str], reason: str) -> None: ...
+    """Drain and resume; a result word ("applied", "noop") or None (applied)."""
 
-    def resume(self, names: Sequence[str]) -> None: ...
+    def drain(self, names: Sequence[str], reason: str) -> str | None: ...
+
+    def resume(self, names: Sequence[str]) -> str | None: ...
 
 
 @dataclass
@@ -64,6 +105,8 @@ class PolicyConfig:
     storm_fraction: float = 0.25
     resume_after_clean: int = 3
     shadow: bool = False
+    escalate_window: float = 7 * 86400.0  # a second drain for the same GPU within this is held
+    probe_hung_passes: int = 3  # a probe that times out this many passes in a row FAILs
 
     def validate(self) -> None:
         if self.max_drains < 0 or not 0 <= self.max_fraction <= 1:
@@ -72,6 +115,8 @@ class PolicyConfig:
             raise ConfigError("health: storm_min_nodes must be >= 2 and storm_fraction in (0, 1]")
         if self.resume_after_clean < 1 or self.window_seconds <= 0:
             raise ConfigError("health: resume_after_clean must be >= 1 and window_seconds > 0")
+        if self.escalate_window < 0 or self.probe_hung_passes < 1:
+            raise ConfigError("health: escalate_window must be >= 0 and probe_hung_passes >= 1")
 
 
 @dataclass
@@ -83,18 +128,43 @@ class Decision:
     reason: str = ""  # the Slurm reason a drain would set
     verdicts: list[dict[str, Any]] = field(default_factory=list)
     signature: str = ""  # failure signature (storm detection across passes)
-    result: str = "pending"  # pending | applied | dry-run | shadow | failed | noop
+    result: str = "pending"  # pending | applied | dry-run | shadow | failed | noop | refused
+    latch: dict[str, Any] = field(default_factory=dict)  # what a drain latches (see Latch)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
 @dataclass
-class PolicyState:
-    """Persisted between passes: opsctl's own drains (for the brake) and clean streaks."""
+class Latch:
+    """What remediation recorded when it drained a node: what must happen before it may resume."""
 
-    drains: list[dict[str, Any]] = field(default_factory=list)  # {"node", "time", "reason"}
+    reason: str  # the Slurm reason it set; the drain is ours only while Slurm still shows it
+    time: float
+    code: str
+    action: str  # one of ACTIONS
+    gpu: int | None = None
+    gpu_uuid: str = ""
+    boot_id: str = ""  # the boot the fault happened in ("" when the source cannot tell)
+    signature: str = ""
+    reset_seen: bool = False  # the driver asked for a reset on that GPU while latched
+    escalated: bool = False  # a repeat: held for a person
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Latch:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class PolicyState:
+    """Persisted between passes: opsctl's drains (for the brake and escalation), the latches of
+    health's own drains, clean streaks and consecutive probe timeouts."""
+
+    drains: list[dict[str, Any]] = field(default_factory=list)  # {"node","time","reason","owner",...}
     clean_streak: dict[str, int] = field(default_factory=dict)
+    latches: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> Latch as JSON
+    probe_timeouts: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> probe -> passes
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> PolicyState:
@@ -103,8 +173,13 @@ class PolicyState:
             return cls()
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
-            return cls(drains=list(data.get("drains", [])), clean_streak=dict(data.get("clean_streak", {})))
-        except (OSError, ValueError, AttributeError) as exc:
+            return cls(
+                drains=list(data.get("drains", [])),
+                clean_streak=dict(data.get("clean_streak", {})),
+                latches={str(k): dict(v) for k, v in data.get("latches", {}).items()},
+                probe_timeouts={str(k): dict(v) for k, v in data.get("probe_timeouts", {}).items()},
+            )
+        except (OSError, ValueError, AttributeError, TypeError) as exc:
             raise ConfigError(f"health state file {p} is unreadable: {exc}") from None
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -116,14 +191,38 @@ class PolicyState:
             json.dump(asdict(self), fh, indent=1, sort_keys=True)
         os.replace(tmp, p)
 
+    def latch(self, node: str) -> Latch | None:
+        data = self.latches.get(node)
+        return Latch.from_json(data) if data is not None else None
+
+    def set_latch(self, node: str, latch: Latch) -> None:
+        self.latches[node] = asdict(latch)
+
+
+@contextlib.contextmanager
+def locked(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold the state file's lock (``<state>.lock``, flock) for a whole read-decide-act-write, so two
+    remediation processes never both spend the same brake budget."""
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(f"{p}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise ConfigError(f"health state file {p}: cannot take its lock: {exc.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
 
 _REASON_CHARS = re.compile(r"[^A-Za-z0-9 .,_/@%+=-]")
 
 
-def drain_reason(v: Verdict) -> str:
-    """``opsctl:<code>:<short evidence>``, in the plain characters the drain guardrails accept."""
+def drain_reason(v: Verdict, suffix: str = "", owner: str = "health") -> str:
+    """``opsctl:<owner>:<code>:<short evidence>``, in the plain characters the guardrails accept."""
     short = " ".join(_REASON_CHARS.sub(" ", v.short_evidence).split())
-    return f"{REASON_PREFIX}{v.code}:{short}"[:MAX_REASON]
+    return owned_reason(owner, f"{v.code}:{short}")[: MAX_REASON - len(suffix)] + suffix
 
 
 def signature(v: Verdict) -> str:
@@ -140,6 +239,110 @@ def _fold(nodes: list[str]) -> str:
         return ",".join(nodes)
 
 
+def _worst(verdicts: list[Verdict]) -> Verdict:
+    """The failing verdict whose fix is heaviest (it decides what the drain latches)."""
+    return max(verdicts, key=lambda v: _ACTION_RANK[required_action(v)])
+
+
+def _repeat_key(node: str, code: str, gpu_uuid: str) -> str:
+    return f"gpu:{gpu_uuid}" if gpu_uuid else f"node:{node}:{code}"
+
+
+def _latch_for(report: NodeReport, v: Verdict, now: float) -> Latch:
+    gpu = v.gpu
+    action = required_action(v)
+    latch = Latch(
+        reason="",
+        time=now,
+        code=v.code,
+        action=action,
+        gpu=gpu,
+        gpu_uuid=str(v.evidence.get("uuid") or (report.gpu_uuids.get(gpu, "") if gpu is not None else "")),
+        boot_id=report.boot_id,
+        signature=signature(v),
+    )
+    _observe(latch, report)
+    return latch
+
+
+def _gpu_index(latch: Latch, report: NodeReport) -> int | None:
+    if latch.gpu_uuid:
+        for index, uuid in report.gpu_uuids.items():
+            if uuid == latch.gpu_uuid:
+                return index
+    return latch.gpu
+
+
+def _observe(latch: Latch, report: NodeReport) -> None:
+    """While latched: note when the driver asks for a reset (the proof needs a before and after),
+    and raise the latch to reboot when the driver asks for one."""
+    if latch.boot_id and report.boot_id and report.boot_id != latch.boot_id:
+        return  # another boot: what the driver says now is about the new boot
+    index = _gpu_index(latch, report)
+    wanted = report.recovery.get(index) if index is not None else None
+    if wanted in _RESET_ASKED:
+        latch.reset_seen = True
+    if wanted == "reboot" and _ACTION_RANK[latch.action] < _ACTION_RANK["reboot"]:
+        latch.action = "reboot"
+
+
+def resume_proof(latch: Latch, report: NodeReport) -> tuple[bool, str]:
+    """Whether the fix the latch asks for is proven by this (clean) report, and why (not)."""
+    if latch.escalated:
+        return False, "escalated (a repeat fault): resume by hand after the repair"
+    rebooted = bool(latch.boot_id and report.boot_id and report.boot_id != latch.boot_id)
+    if latch.action == "replace":
+        return False, "the fault needs a replacement: resume by hand after the repair"
+    if latch.action == "reboot":
+        if rebooted:
+            return True, "rebooted since the drain"
+        if not latch.boot_id or not report.boot_id:
+            return False, "waiting for a reboot: the source gives no boot id to prove one"
+        return False, "waiting for a reboot: boot id unchanged since the drain"
+    if latch.action == "reset_gpu":
+        if rebooted:
+            return True, "rebooted since the drain (the GPU was reset)"
+        index = _gpu_index(latch, report)
+        now = report.recovery.get(index) if index is not None else None
+        if latch.reset_seen and now == "none":
+            return True, f"GPU {index} was reset: the driver no longer asks for one"
+        return False, "waiting for evidence of a GPU reset (or a reboot)"
+    return True, "no proof needed"
+
+
+def probe_verdicts(report: NodeReport, state: PolicyState, cfg: PolicyConfig, count: bool) -> None:
+    """Probes that timed out ``probe_hung_passes`` passes in a row FAIL as ``probe-hung`` (a hung
+    mount or nvidia-smi is UNKNOWN in one pass, a failure when it never answers). ``count`` adds
+    this pass to the streaks; without it the streaks are only read."""
+    seen = state.probe_timeouts.get(report.node, {})
+    if count:
+        if report.status is Status.UNKNOWN and not report.probe_timeouts and report.verdicts and all(
+            v.code == "evidence" for v in report.verdicts
+        ):
+            return  # the node could not be read at all: no probe ran, the streaks stand
+        seen = {p: seen.get(p, 0) + 1 for p in report.probe_timeouts}
+        if seen:
+            state.probe_timeouts[report.node] = seen
+        else:
+            state.probe_timeouts.pop(report.node, None)
+    else:
+        seen = {p: seen.get(p, 0) + 1 for p in report.probe_timeouts}
+    hung = sorted(p for p, n in seen.items() if n >= cfg.probe_hung_passes)
+    for probe in hung:
+        report.verdicts.append(
+            Verdict(
+                "probe-hung",
+                Status.FAIL,
+                report.node,
+                None,
+                f"{probe} timed out {seen[probe]} passes in a row",
+                {"short": f"{probe} hung", "probe": probe, "passes": seen[probe], "action": "reboot"},
+            )
+        )
+    if hung:
+        report.status = Status.FAIL
+
+
 def decide(
     reports: list[NodeReport],
     slurm_nodes: dict[str, SlurmNodeView],
@@ -147,7 +350,11 @@ def decide(
     cfg: PolicyConfig,
     now: float,
     partition_size: int | None = None,
+    owner: str = "health",
 ) -> list[Decision]:
+    """Decide for every report. ``owner`` is who drains: "health" (remediation, which latches and
+    later resumes its drains) or "watch" (a run's failed nodes: drained through the same storm and
+    brake rules, never resumed automatically)."""
     size = partition_size if partition_size is not None else max(len(slurm_nodes), len(reports))
     decisions: list[Decision] = []
     failing: dict[str, list[Verdict]] = {
@@ -172,75 +379,89 @@ def decide(
                 Decision(
                     node=_fold(nodes),
                     action="alert",
-                    code=sig.split(":")[0],
+                    code="storm",
+                    signature=sig,
                     why=f"storm: {sig} on {len(nodes)} nodes at once (>= {storm_at}); suspect the checker or "
                     "the fabric, nothing drained",
                 )
             )
 
-    # 3. the brake budget for this pass
+    # 3. the brake budget for this pass: every opsctl drain in the window, health's and watch's
     recent = [d for d in state.drains if now - float(d.get("time", 0)) < cfg.window_seconds]
     # as the drain guardrails do: a fraction of the partition, but never less than one node
     budget = min(cfg.max_drains, max(1, math.floor(cfg.max_fraction * size))) - len(recent)
     held: list[str] = []
+    escalated: list[str] = []
 
     for report in sorted(reports, key=lambda r: r.node):
         node = report.node
         sv = slurm_nodes.get(node)
-        ours = sv is not None and sv.drain_flag and sv.reason.startswith(REASON_PREFIX)
-        operator = sv is not None and sv.drain_flag and not ours
         verdict_json = [v.to_json() for v in report.problems]
+        latch = state.latch(node)
+        held_by = drain_owner(sv.reason) if sv is not None and sv.drain_flag else ""
+        ours = latch is not None and sv is not None and sv.drain_flag and sv.reason == latch.reason
+        if latch is not None and not ours:
+            # resumed or taken over by someone else: their call, the latch is spent
+            state.latches.pop(node, None)
+            state.clean_streak.pop(node, None)
+            latch = None
+        if ours and latch is not None:
+            _observe(latch, report)
+            state.set_latch(node, latch)
+        foreign = sv is not None and sv.drain_flag and not ours
 
         if report.status is Status.FAIL:
             state.clean_streak.pop(node, None)
-            worst = failing[node][0]
+            worst = _worst(failing[node])
             if node in storm_nodes:
                 decisions.append(
                     Decision(node, "none", "part of a storm (see alert)", worst.code, "", verdict_json)
                 )
             elif sv is None:
                 decisions.append(Decision(node, "none", "not a Slurm node", worst.code, "", verdict_json))
-            elif operator:
+            elif foreign:
+                who = {
+                    "manual": "opsctl drain by an operator",
+                    "watch": "drained by opsctl watch (a run's failed node)",
+                    "legacy": "opsctl drain of an earlier version",
+                    "health": "health drain without a latch in this state file",
+                }.get(held_by, "operator drain")
                 decisions.append(
-                    Decision(
-                        node,
-                        "none",
-                        f"operator drain left alone ({sv.reason!r})",
-                        worst.code,
-                        "",
-                        verdict_json,
-                    )
+                    Decision(node, "none", f"{who} left alone ({sv.reason!r})", worst.code, "", verdict_json)
                 )
-            elif ours:
+            elif ours and latch is not None:
+                if _ACTION_RANK[required_action(worst)] > _ACTION_RANK[latch.action]:
+                    latch.action = required_action(worst)  # a heavier fault arrived while drained
+                    state.set_latch(node, latch)
                 decisions.append(
-                    Decision(node, "keep", "still failing; stays drained", worst.code, "", verdict_json)
+                    Decision(node, "keep", f"still failing; stays drained ({latch.action} latched)",
+                             worst.code, "", verdict_json)
                 )
             elif sv.state in ("down", "future"):
                 decisions.append(Decision(node, "none", f"node is {sv.state}", worst.code, "", verdict_json))
             elif budget <= 0:
                 held.append(node)
                 decisions.append(
-                    Decision(
-                        node,
-                        "hold",
-                        "brake: drain budget for the window is spent",
-                        worst.code,
-                        drain_reason(worst),
-                        verdict_json,
-                    )
+                    Decision(node, "hold", "brake: drain budget for the window is spent", worst.code,
+                             drain_reason(worst, owner=owner), verdict_json)
                 )
             else:
                 budget -= 1
+                new = _latch_for(report, worst, now)
+                key = _repeat_key(node, new.code, new.gpu_uuid)
+                repeat = cfg.escalate_window > 0 and any(
+                    d.get("key") == key and now - float(d.get("time", 0)) < cfg.escalate_window
+                    for d in state.drains
+                )
+                new.escalated = repeat
+                new.reason = drain_reason(worst, " repeat-held" if repeat else "", owner)
+                why = f"failing check; latches {new.action}"
+                if repeat:
+                    escalated.append(node)
+                    why = "failing again within the escalation window: drained and held for a person"
                 decisions.append(
-                    Decision(
-                        node,
-                        "drain",
-                        "failing check",
-                        worst.code,
-                        drain_reason(worst),
-                        verdict_json,
-                        signature=signature(worst),
-                    )
+                    Decision(node, "drain", why, worst.code, new.reason, verdict_json,
+                             signature=signature(worst), latch=asdict(new))
                 )
             continue
 
@@ -252,34 +473,27 @@ def decide(
             continue
 
         # OK or WARN: a clean pass
-        if ours and sv is not None:
+        if ours and latch is not None and sv is not None:
             streak = state.clean_streak.get(node, 0) + 1
             state.clean_streak[node] = streak
-            if streak >= cfg.resume_after_clean:
+            if streak < cfg.resume_after_clean:
                 decisions.append(
-                    Decision(
-                        node,
-                        "resume",
-                        f"clean {streak}/{cfg.resume_after_clean} passes",
-                        "",
-                        sv.reason,
-                        verdict_json,
-                    )
+                    Decision(node, "keep", f"clean {streak}/{cfg.resume_after_clean} passes", "",
+                             sv.reason, verdict_json)
                 )
-            else:
-                decisions.append(
-                    Decision(
-                        node,
-                        "keep",
-                        f"clean {streak}/{cfg.resume_after_clean} passes",
-                        "",
-                        sv.reason,
-                        verdict_json,
-                    )
-                )
+                continue
+            proven, why = resume_proof(latch, report)
+            decisions.append(
+                Decision(node, "resume" if proven else "keep",
+                         f"clean {streak}/{cfg.resume_after_clean} passes; {why}", latch.code, sv.reason,
+                         verdict_json)
+            )
         else:
             state.clean_streak.pop(node, None)
-            decisions.append(Decision(node, "none", report.status.value.lower(), "", "", verdict_json))
+            why = report.status.value.lower()
+            if foreign:
+                why += f"; drained by someone else, left alone ({sv.reason!r})" if sv is not None else ""
+            decisions.append(Decision(node, "none", why, "", "", verdict_json))
 
     if held:
         decisions.append(
@@ -291,7 +505,25 @@ def decide(
                 f"{cfg.max_fraction:.0%} of {size} per {cfg.window_seconds:.0f}s already reached",
             )
         )
+    if escalated:
+        decisions.append(
+            Decision(
+                node=_fold(escalated),
+                action="alert",
+                code="escalated",
+                why=f"repeat fault within {cfg.escalate_window:.0f}s on the same GPU (or check): drained "
+                "and held; a person must repair and resume",
+            )
+        )
     return decisions
+
+
+def record_drain(state: PolicyState, node: str, now: float, reason: str, owner: str,
+                 signature: str = "", key: str = "") -> None:
+    """Count a drain against the brake (and for escalation), whoever in opsctl made it."""
+    state.drains.append(
+        {"node": node, "time": now, "reason": reason, "owner": owner, "signature": signature, "key": key}
+    )
 
 
 class DecisionLog:
@@ -318,31 +550,42 @@ def act(
     *,
     dry_run: bool,
     shadow: bool,
+    retain_seconds: float = 7 * 86400.0,
+    owner: str = "health",
 ) -> list[Decision]:
-    """Carry out drain/resume decisions; record our drains in ``state`` for the brake."""
+    """Carry out drain/resume decisions and record them in ``state`` (the shadow state in shadow
+    mode, where nothing else changes); dry-run records nothing."""
     for d in decisions:
         if d.action not in ("drain", "resume"):
             d.result = "noop"
             continue
-        if dry_run or shadow or slurm is None:
-            d.result = "dry-run" if dry_run or slurm is None else "shadow"
+        if dry_run or (slurm is None and not shadow):
+            d.result = "dry-run"
             continue
         try:
+            if shadow:
+                d.result = "shadow"
+            elif slurm is not None:
+                done = slurm.drain([d.node], d.reason) if d.action == "drain" else slurm.resume([d.node])
+                d.result = done or "applied"
+            if d.result not in ("applied", "shadow"):
+                continue  # nothing changed (already drained or resumed by someone): nothing to record
             if d.action == "drain":
-                slurm.drain([d.node], d.reason)
-                state.drains.append(
-                    {"node": d.node, "time": now, "reason": d.reason, "signature": d.signature}
-                )
-            else:
-                slurm.resume([d.node])
+                latch = Latch.from_json(d.latch) if d.latch else Latch(d.reason, now, d.code, "none")
+                key = _repeat_key(d.node, latch.code, latch.gpu_uuid)
+                record_drain(state, d.node, now, d.reason, owner, d.signature, key)
+                if owner == "health":  # only health resumes, so only health latches
+                    state.set_latch(d.node, latch)
                 state.clean_streak.pop(d.node, None)
-            d.result = "applied"
+            else:
+                state.latches.pop(d.node, None)
+                state.clean_streak.pop(d.node, None)
         except Refused as exc:  # the shared guardrails said no: nothing changed for this node
             d.result = "refused"
             d.why = f"{d.why}; {exc}"[:300]
         except Exception as exc:  # one node's failure must not stop the others; it is recorded
             d.result = "failed"
             d.why = f"{d.why}; {type(exc).__name__}: {exc}"[:300]
-    # forget drains older than any window we could still be asked about
-    state.drains = [x for x in state.drains if now - float(x.get("time", 0)) < 7 * 86400]
+    # forget drains older than any window we could still be asked about (brake, escalation)
+    state.drains = [x for x in state.drains if now - float(x.get("time", 0)) < retain_seconds]
     return decisions

@@ -143,7 +143,9 @@ class Watcher:
         settings: LaunchSection,
         *,
         remediate: bool = False,
-        drain: Callable[[list[str], str], None] | None = None,
+        # drains a run's failed nodes (node -> why) through health's decision path; returns
+        # node -> (result, detail): ("applied"|"noop"|"hold"|..., the reason or why not)
+        drain: Callable[[dict[str, str]], dict[str, tuple[str, str]]] | None = None,
         health: Callable[[list[str]], dict[str, str]] | None = None,
         partition: str | None = None,
     ) -> None:
@@ -276,14 +278,18 @@ class Watcher:
             self.handled.add((snap.attempt, v.name))
         names = [v.name for v in failed]
         quarantine = Quarantine.load(self.settings.quarantine_file)
+        outcomes: dict[str, tuple[str, str]] = {}
+        if self.drain is not None:
+            try:
+                outcomes = self.drain({v.name: v.failed for v in failed})
+            except OpsctlError as exc:  # state or Slurm trouble: still keep the nodes out of the run
+                outcomes = {v.name: ("drain-refused", str(exc)) for v in failed}
         for v in failed:
-            reason = f"opsctl:launch-node-failed:{v.failed} in run {self.ledger.run_id}"
-            if self.drain is not None:
-                try:
-                    self.drain([v.name], reason)
-                    self._note(snap, now, v.name, v.failed, "drained", reason)
-                except OpsctlError as exc:  # brake or foreign drain: still keep it out of the run
-                    self._note(snap, now, v.name, v.failed, "drain-refused", str(exc))
+            if v.name in outcomes:
+                result, detail = outcomes[v.name]
+                # brake, storm or a foreign drain: the node is still kept out of the run below
+                action = "drained" if result == "applied" else f"drain-{result}"
+                self._note(snap, now, v.name, v.failed, action, detail)
             quarantine.add(v.name, v.failed, self.ledger.run_id, self.job_id)
             self._note(snap, now, v.name, v.failed, "quarantined", self.settings.quarantine_file)
             self.ledger.excluded[v.name] = f"failed in attempt {snap.attempt}: {v.failed}"
@@ -384,12 +390,20 @@ def _scontrol(backend: Any, args: list[str]) -> None:
 
 # -- wiring from configuration ---------------------------------------------------------------------
 def make_watcher(config_path: str | None, run: str, remediate: bool) -> Watcher:
-    from opsctl.checks.service import GuardedSlurm
     from opsctl.launch.slurm import load_context
 
     ctx = load_context(config_path)
     run_dir = find_run(run, ctx.settings.runs_dir)
-    guarded = GuardedSlurm(ctx.backend, ctx.config) if remediate else None
+    drain = None
+    if remediate:
+        from opsctl.checks.service import drain_failed_nodes
+
+        def drain(failed: dict[str, str]) -> dict[str, tuple[str, str]]:
+            run_id = load_ledger(run_dir).run_id
+            decisions = drain_failed_nodes(ctx.config, ctx.backend, failed, run_id)
+            return {d.node: (d.result if d.action == "drain" else d.action, d.reason or d.why)
+                    for d in decisions if d.node in failed}
+
     health = None
     if ctx.settings.health_source != "none":
         from opsctl.launch.slurm import health_exclusions
@@ -398,5 +412,5 @@ def make_watcher(config_path: str | None, run: str, remediate: bool) -> Watcher:
             return health_exclusions(ctx, names)
 
     return Watcher(run_dir, ctx.backend, ctx.settings, remediate=remediate,
-                   drain=guarded.drain if guarded else None, health=health,
+                   drain=drain, health=health,
                    partition=ctx.partition)

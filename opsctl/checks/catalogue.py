@@ -472,4 +472,6 @@ CATALOGUE: tuple[Check, ...] = (
     Check("slurmd", "slurmd", "slurmd alive", check_slurmd),
     Check("dcgm-health", "dcgm", "DCGM health watches and diagnostics", check_dcgm),
 )
-CODES = frozenset(c.code for c in CATALOGUE) | {"evidence"}
+# evidence: a node that could not be read; probe-hung: a probe that kept timing out (policy adds it);
+# launch-node-failed: a node that failed under a run (the watcher's drains)
+CODES = frozenset(c.code for c in CATALOGUE) | {"evidence", "probe-hung", "launch-node-failed"}

@@ -17,7 +17,17 @@ from opsctl.checks.settings import HealthSection
 from opsctl.config import Config
 from opsctl.errors import ConfigError, OpsctlError, Refused, UsageError
 from opsctl.evidence.base import Source
-from opsctl.policy import Decision, DecisionLog, PolicyState, SlurmNodeView, act, decide
+from opsctl.policy import (
+    Decision,
+    DecisionLog,
+    PolicyConfig,
+    PolicyState,
+    SlurmNodeView,
+    act,
+    decide,
+    locked,
+    probe_verdicts,
+)
 from opsctl.slurm.base import SlurmBackend
 
 if TYPE_CHECKING:
@@ -43,7 +53,7 @@ class GuardedSlurm:
 
     The reason is set exactly as policy made it (``opsctl:<code>:<evidence>``)."""
 
-    def __init__(self, backend: SlurmBackend, config: Config) -> None:
+    def __init__(self, backend: SlurmBackend, config: Config, who: str = "opsctl health") -> None:
         from opsctl import drain
         from opsctl.audit import AuditLog, AuditRecord
 
@@ -52,6 +62,8 @@ class GuardedSlurm:
         self._drain = drain
         self._audit = AuditLog(config.audit.log)
         self._record = AuditRecord
+        self.who = who
+        self.why = "failing health check" if who == "opsctl health" else "failed node"
 
     def _log(
         self, action: str, names: Sequence[str], result: str, reason: str = "", detail: str = ""
@@ -62,11 +74,11 @@ class GuardedSlurm:
                 nodes=list(names),
                 result=result,
                 reason=reason,
-                detail=f"opsctl health: {detail}".strip(),
+                detail=f"{self.who}: {detail}".strip(),
             )
         )
 
-    def drain(self, names: Sequence[str], reason: str) -> None:
+    def drain(self, names: Sequence[str], reason: str) -> str:
         self._audit.check_writable()
         plan = self._drain.plan_drain(
             self.backend.nodes(None), list(names), self.config.guardrails, self.config.slurm.partition
@@ -76,15 +88,16 @@ class GuardedSlurm:
             raise Refused(plan.refusal)
         if not plan.to_drain:
             self._log("drain", names, "noop", reason, "; ".join(plan.skipped.values()))
-            return
+            return "noop"
         try:
             self.backend.drain(plan.to_drain, reason)
         except OpsctlError as exc:
             self._log("drain", names, "failed", reason, str(exc))
             raise
-        self._log("drain", plan.to_drain, "applied", reason, "failing health check")
+        self._log("drain", plan.to_drain, "applied", reason, self.why)
+        return "applied"
 
-    def resume(self, names: Sequence[str]) -> None:
+    def resume(self, names: Sequence[str]) -> str:
         self._audit.check_writable()
         plan = self._drain.plan_resume(self.backend.nodes(None), list(names))
         if plan.refusal:
@@ -92,13 +105,14 @@ class GuardedSlurm:
             raise Refused(plan.refusal)
         if not plan.to_resume:
             self._log("resume", names, "noop", "", "; ".join(plan.skipped.values()))
-            return
+            return "noop"
         try:
             self.backend.resume(plan.to_resume)
         except OpsctlError as exc:
             self._log("resume", names, "failed", "", str(exc))
             raise
-        self._log("resume", plan.to_resume, "applied", "", "clean health checks")
+        self._log("resume", plan.to_resume, "applied", "", "clean health checks, fix proven")
+        return "applied"
 
 
 @dataclass
@@ -108,6 +122,7 @@ class HealthResult:
     generated_at: float
     decisions: list[Decision] = field(default_factory=list)
     mode: str = ""  # remediation mode: apply | dry-run | shadow ("" = no remediation)
+    refusal: str = ""  # why remediation refused to act in this pass ("" when it ran)
 
     @property
     def status(self) -> str:
@@ -132,7 +147,11 @@ class HealthResult:
             "nodes": [r.to_json() for r in self.reports],
         }
         if self.mode:
-            doc["remediation"] = {"mode": self.mode, "decisions": [d.to_json() for d in self.decisions]}
+            doc["remediation"] = {
+                "mode": self.mode,
+                "refusal": self.refusal,
+                "decisions": [d.to_json() for d in self.decisions],
+            }
         return doc
 
 
@@ -245,14 +264,62 @@ def _partition_size(ctx: HealthContext, fallback: int) -> int:
 
 
 @dataclass
-class _InService:
+class _NodeView:
+    """A Slurm view for decide() where Slurm's own is not used: nodes in service for a dry run
+    without Slurm, and nodes the shadow state drained (so a shadow run shows holds and resumes)."""
+
     name: str
     state: str = "idle"
     reason: str = ""
+    drained: bool = False
 
     @property
     def drain_flag(self) -> bool:
-        return False
+        return self.drained
+
+
+def shadow_state_file(state_file: str) -> str:
+    """Shadow mode keeps its own state beside the real one and never touches the real one."""
+    base, dot, ext = state_file.rpartition(".")
+    return f"{base}.shadow.{ext}" if dot and "/" not in ext else f"{state_file}.shadow"
+
+
+def _shadow_view(view: dict[str, SlurmNodeView], state: PolicyState) -> dict[str, SlurmNodeView]:
+    out: dict[str, SlurmNodeView] = dict(view)
+    for node, data in state.latches.items():
+        real = view.get(node)
+        if real is not None and not real.drain_flag:
+            out[node] = _NodeView(node, real.state, str(data.get("reason", "")), drained=True)
+    return out
+
+
+def remediation_refusal(reports: list[NodeReport], required: Sequence[str]) -> str:
+    """Why remediation must not act on these reports ("" when it may): XIDs known only by their last
+    value (a later harmless XID hides a fatal one), or a required check no source could evaluate."""
+    readable = [r for r in reports if not all(v.code == "evidence" for v in r.verdicts)]
+    last_value = sorted(r.node for r in readable if r.xid_mode == "last-value")
+    if last_value:
+        from opsctl.nodeset import fold
+
+        return (
+            f"XIDs on {fold(last_value)} are known only by their last value (DCGM_FI_DEV_XID_ERRORS): "
+            "a later harmless XID hides a fatal one; enable DCGM_EXP_XID_ERRORS_COUNT in the "
+            "dcgm-exporter counters"
+        )
+    if not readable:
+        return ""
+    seen = {v.code for r in readable for v in r.verdicts}
+    missing = [c for c in required if c not in seen]
+    if missing:
+        return (
+            f"no evidence for required check(s) {', '.join(missing)} from this source "
+            "([health] required_checks)"
+        )
+    return ""
+
+
+def _retain(cfg: PolicyConfig) -> float:
+    return max(7 * 86400.0, cfg.escalate_window, cfg.window_seconds)
 
 
 # -- the pass -------------------------------------------------------------------------------
@@ -266,29 +333,96 @@ def run_health(
     now: float | None = None,
 ) -> HealthResult:
     now = time.time() if now is None else now
-    thresholds = ctx.health.load_thresholds()
+    h = ctx.health
+    thresholds = h.load_thresholds()
+    cfg = h.policy()
     # collect (read-only), then judge (pure)
     evidence = source.collect(nodes, now)
     reports = judge(evidence, thresholds, now)
     result = HealthResult(reports=reports, source=source.name, generated_at=now)
+    mode = "dry-run" if dry_run else ("shadow" if h.shadow else "apply")
+    state_file = shadow_state_file(h.state_file) if mode == "shadow" else h.state_file
     if not remediate:
+        # probes that keep timing out FAIL; a plain pass reads the streaks the service keeps
+        state = _read_state(state_file)
+        for r in reports:
+            probe_verdicts(r, state, cfg, count=False)
         return result
-    # decide (pure, on the state file), then act (the only step that changes anything)
-    if ctx.slurm is not None or not dry_run:
-        view = slurm_nodes(ctx, nodes)
-    else:  # a dry run without Slurm: show what would happen to nodes that are in service
-        view = {n: _InService(n) for n in nodes}
-    state = PolicyState.load(ctx.health.state_file)
-    log = DecisionLog(ctx.health.decision_log)
-    partition = _partition_size(ctx, len(nodes))
-    decisions = decide(reports, view, state, ctx.health.policy(), now, partition)
-    mode = "dry-run" if dry_run else ("shadow" if ctx.health.shadow else "apply")
-    actions = (
-        GuardedSlurm(ctx.slurm, ctx.config) if ctx.slurm is not None and ctx.config is not None else None
-    )
-    act(decisions, actions, state, now, dry_run=dry_run, shadow=ctx.health.shadow)
-    log.write(decisions, now, mode)
-    if mode == "apply":
-        state.save(ctx.health.state_file)
+    # decide (pure, on the locked state file), then act (the only step that changes anything)
+    log = DecisionLog(h.decision_log)
+    with locked(state_file):
+        state = PolicyState.load(state_file)
+        for r in reports:
+            probe_verdicts(r, state, cfg, count=not dry_run)
+        refusal = remediation_refusal(reports, h.required_checks)
+        if refusal:
+            from opsctl.nodeset import fold
+
+            result.decisions = [Decision(fold(nodes), "alert", f"remediation refused: {refusal}", "coverage")]
+            result.refusal, result.mode = refusal, mode
+            log.write(result.decisions, now, mode)
+            if not dry_run:
+                state.save(state_file)
+            return result
+        # Slurm is read under the lock: another process may have drained since we collected
+        if ctx.slurm is not None or not dry_run:
+            view = slurm_nodes(ctx, nodes)
+        else:  # a dry run without Slurm: show what would happen to nodes that are in service
+            view = {n: _NodeView(n) for n in nodes}
+        if mode == "shadow":
+            view = _shadow_view(view, state)
+        partition = _partition_size(ctx, len(nodes))
+        decisions = decide(reports, view, state, cfg, now, partition)
+        actions = (
+            GuardedSlurm(ctx.slurm, ctx.config) if ctx.slurm is not None and ctx.config is not None else None
+        )
+        act(decisions, actions, state, now, dry_run=dry_run, shadow=mode == "shadow",
+            retain_seconds=_retain(cfg))
+        log.write(decisions, now, mode)
+        if not dry_run:
+            state.save(state_file)
     result.decisions, result.mode = decisions, mode
     return result
+
+
+def _read_state(path: str) -> PolicyState:
+    try:
+        return PolicyState.load(path)
+    except ConfigError:
+        return PolicyState()  # a plain health pass never fails on remediation's state
+
+
+def drain_failed_nodes(
+    config: Config, backend: SlurmBackend, failed: dict[str, str], run_id: str, now: float | None = None
+) -> list[Decision]:
+    """The watcher's drains (nodes that failed under a run), through the same decision path as
+    health: storm, brake (health's and watch's drains count together), ownership, the locked state
+    and the decision log. Reasons are ``opsctl:watch:launch-node-failed:<why> in run <id>``; health
+    never resumes them."""
+    from opsctl.checks.model import Verdict
+
+    h = config.section("health", HealthSection)
+    cfg = h.policy()
+    now = time.time() if now is None else now
+    reports = [
+        NodeReport(
+            node,
+            Status.FAIL,
+            [Verdict("launch-node-failed", Status.FAIL, node, None, f"{why} in run {run_id}",
+                     {"short": f"{why} in run {run_id}", "action": "none"})],
+            "watch",
+        )
+        for node, why in sorted(failed.items())
+    ]
+    with locked(h.state_file):
+        state = PolicyState.load(h.state_file)
+        view: dict[str, SlurmNodeView] = {n.name: n for n in backend.nodes(sorted(failed))}
+        partition = config.slurm.partition
+        every = backend.nodes(None)
+        size = len([n for n in every if not partition or partition in n.partitions]) or len(every)
+        decisions = decide(reports, view, state, cfg, now, size, owner="watch")
+        act(decisions, GuardedSlurm(backend, config, who="opsctl watch"), state, now, dry_run=False,
+            shadow=False, retain_seconds=_retain(cfg), owner="watch")
+        DecisionLog(h.decision_log).write(decisions, now, "apply")
+        state.save(h.state_file)
+    return decisions

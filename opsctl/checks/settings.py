@@ -31,6 +31,12 @@ class HealthSection:
     storm_min_nodes: int = 3  # same signature on this many nodes (and storm_fraction) = suspect checker
     storm_fraction: float = 0.25
     resume_after_clean: int = 3  # K consecutive clean passes before opsctl resumes its own drain
+    escalate_window: float = 7 * 86400.0  # drained again for the same GPU within this: held for a person
+    probe_hung_passes: int = 3  # a probe timing out this many passes in a row FAILs (probe-hung)
+    # remediation refuses to act while one of these checks has no evidence from the source
+    required_checks: list[str] = field(
+        default_factory=lambda: ["gpu-count", "gpu-xid", "gpu-ecc-dbe", "gpu-row-remap"]
+    )
     ssh_user: str = "root"
     ssh_port: int = 22
     ssh_key: str | None = field(default=None, metadata={"path": True})
@@ -56,6 +62,11 @@ class HealthSection:
             raise ValueError("dcgm_diag_level: must be 0 (off) or 1-4")
         if self.expected_gpus is not None and self.expected_gpus < 0:
             raise ValueError("expected_gpus: must be >= 0")
+        from opsctl.checks.catalogue import CODES
+
+        unknown = [c for c in self.required_checks if c not in CODES]
+        if unknown:
+            raise ValueError(f"required_checks: unknown check code(s) {', '.join(unknown)}")
         try:
             self.policy().validate()
         except ConfigError as exc:
@@ -70,6 +81,8 @@ class HealthSection:
             storm_fraction=self.storm_fraction,
             resume_after_clean=self.resume_after_clean,
             shadow=self.shadow,
+            escalate_window=self.escalate_window,
+            probe_hung_passes=self.probe_hung_passes,
         )
 
     def load_thresholds(self) -> Thresholds:

@@ -52,4 +52,8 @@ def health(
         from opsctl.checks.render import render
 
         render(result, show_all=show_all)
+    if result.refusal:
+        # the report above stands; nothing was changed, and the configuration must be fixed
+        click.echo(f"opsctl: error: remediation refused: {result.refusal}", err=True)
+        ctx.exit(2)
     ctx.exit(result.exit_code)

@@ -68,7 +68,8 @@ def codes(report, status=None):
 def test_healthy_node_is_ok(th):
     r = judge_node(healthy(), th, NOW)
     assert r.status is Status.OK, [v.summary for v in r.problems]
-    assert set(codes(r)) == CODES - {"evidence", "mount"}  # no mounts required by default
+    # no mounts required by default; probe-hung and launch-node-failed come from policy, not checks
+    assert set(codes(r)) == CODES - {"evidence", "mount", "probe-hung", "launch-node-failed"}
 
 
 def test_every_check_code_is_unique_and_needs_a_known_fact():

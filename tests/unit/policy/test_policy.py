@@ -60,6 +60,12 @@ def xid(node: str, code: int = 79, gpu: int = 3) -> NodeReport:
     return NodeReport(node, Status.FAIL, [v])
 
 
+def ib_down(node: str) -> NodeReport:
+    """A fault that needs no proof of repair (a port back up is its own proof)."""
+    v = Verdict("ib-port", Status.FAIL, node, None, "mlx5_2/1: state DOWN", {"short": "mlx5_2 state DOWN"})
+    return NodeReport(node, Status.FAIL, [v])
+
+
 def unknown(node: str) -> NodeReport:
     return NodeReport(node, Status.UNKNOWN, [Verdict("evidence", Status.UNKNOWN, node, None, "no series")])
 
@@ -83,7 +89,8 @@ def test_one_bad_node_is_drained_with_reason():
     nodes = cluster()
     ds = decide(reports(nodes, {"gpu-003": xid("gpu-003")}), nodes, PolicyState(), PolicyConfig(), NOW)
     (d,) = [d for d in ds if d.action == "drain"]
-    assert d.node == "gpu-003" and d.reason == "opsctl:gpu-xid:xid 79 gpu 3"
+    assert d.node == "gpu-003" and d.reason == "opsctl:health:gpu-xid:xid 79 gpu 3"
+    assert d.latch["action"] == "reboot" and d.latch["gpu"] == 3
     assert d.verdicts[0]["evidence"]["xid"] == 79
     assert all(d.action == "none" for d in ds if d.node != "gpu-003")
 
@@ -178,7 +185,7 @@ def test_flapping_node_needs_k_consecutive_clean_passes():
     t = NOW
     for i, s in enumerate(seq):
         t += 30
-        r = {"bad": xid("gpu-005"), "ok": ok("gpu-005"), "unknown": unknown("gpu-005")}[s]
+        r = {"bad": ib_down("gpu-005"), "ok": ok("gpu-005"), "unknown": unknown("gpu-005")}[s]
         ds = run_pass(nodes, reports(nodes, {"gpu-005": r}), state, cfg, t, slurm)
         if "gpu-005" in actions(ds, "resume"):
             resumed_at.append(i)
@@ -198,7 +205,7 @@ def test_resume_only_while_the_reason_is_still_ours():
     assert actions(ds, "resume") == []
 
 
-def test_dry_run_and_shadow_change_nothing(tmp_path):
+def test_dry_run_and_shadow_change_nothing_in_slurm(tmp_path):
     nodes = cluster()
     slurm = RecordingSlurm(nodes)
     for mode in ("dry_run", "shadow"):
@@ -207,7 +214,9 @@ def test_dry_run_and_shadow_change_nothing(tmp_path):
         act(ds, slurm, state, NOW, dry_run=mode == "dry_run", shadow=mode == "shadow")
         (d,) = [d for d in ds if d.action == "drain"]
         assert d.result == ("dry-run" if mode == "dry_run" else "shadow")
-        assert state.drains == []
+        # dry-run records nothing; shadow records in its own (shadow) state what it would have done
+        assert [x["node"] for x in state.drains] == ([] if mode == "dry_run" else ["gpu-003"])
+        assert list(state.latches) == ([] if mode == "dry_run" else ["gpu-003"])
     assert slurm.calls == []
     log = DecisionLog(tmp_path / "audit.jsonl")
     log.write(ds, NOW, "shadow")
@@ -254,7 +263,7 @@ def test_state_file_roundtrip_and_corruption(tmp_path):
 def test_drain_reason_is_sanitised_and_bounded():
     v = Verdict("mount", Status.FAIL, "n", None, "x", {"short": "/lustre: 'hung' \"now\"" + "x" * 200})
     r = drain_reason(v)
-    assert r.startswith("opsctl:mount:/lustre hung now") and len(r) <= 120 and "'" not in r
+    assert r.startswith("opsctl:health:mount:/lustre hung now") and len(r) <= 120 and "'" not in r
 
 
 def test_config_validation():
