@@ -103,7 +103,7 @@ def test_node_death_is_drained_requeued_and_resumed(launch_env: LaunchEnv, tmp_p
     # The node is drained with opsctl's reason, quarantined, and the drain is in the audit log.
     sinfo = subprocess.run(["sinfo", "-h", "-N", "-n", victim, "-o", "%T|%E"], capture_output=True,
                            text=True, env=launch_env.env, check=True).stdout
-    assert sinfo.startswith("drain") and "opsctl:launch-node-failed" in sinfo
+    assert sinfo.startswith("drain") and "opsctl:watch:launch-node-failed" in sinfo
     quarantine = json.loads((launch_env.root / "quarantine.json").read_text())
     assert [e["node"] for e in quarantine["nodes"]] == [victim]
     audit = [json.loads(x) for x in launch_env.sim.audit_log.read_text().splitlines()]

@@ -52,7 +52,7 @@ def test_drain_then_resume_round_trip(run_opsctl, sim: SimCluster) -> None:
     result = run_opsctl("drain", "gpu-002", "--reason", "xid 79", env=sim.env_vars)
     assert result.returncode == 0, result.stderr
     shown = scontrol_node(sim, "gpu-002")
-    assert "DRAIN" in shown and "Reason=opsctl: xid 79 [" in shown
+    assert "DRAIN" in shown and "Reason=opsctl:manual:xid 79 [" in shown
     result = run_opsctl("resume", "gpu-002", env=sim.env_vars)
     assert result.returncode == 0, result.stderr
     shown = scontrol_node(sim, "gpu-002")
@@ -60,7 +60,7 @@ def test_drain_then_resume_round_trip(run_opsctl, sim: SimCluster) -> None:
     last = audit(sim)[-2:]
     assert [(r["action"], r["result"], r["nodes"]) for r in last] == [
         ("drain", "applied", ["gpu-002"]), ("resume", "applied", ["gpu-002"])]
-    assert last[0]["reason"] == "opsctl: xid 79" and last[0]["user"]
+    assert last[0]["reason"] == "opsctl:manual:xid 79" and last[0]["user"]
 
 
 def test_dry_run_changes_nothing_but_is_audited(run_opsctl, sim: SimCluster) -> None:

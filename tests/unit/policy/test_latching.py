@@ -312,3 +312,22 @@ def test_shadow_mode_keeps_its_own_state_and_shows_drain_keep_resume(tmp_path):
     assert step(120) == ["resume:shadow"]
     assert backend.changed == 0 and not (tmp_path / "state.json").exists()
     assert (tmp_path / "state.shadow.json").exists()
+
+
+def test_state_lock_excludes_a_second_process(tmp_path):
+    """While one process holds the state lock, another cannot take it (flock across processes)."""
+    import subprocess
+    import sys
+
+    from opsctl.policy import locked
+
+    path = tmp_path / "state.json"
+    probe = (
+        "import fcntl, os, sys\n"
+        f"fd = os.open({str(path) + '.lock'!r}, os.O_RDWR)\n"
+        "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept BlockingIOError:\n    sys.exit(7)\n"
+    )
+    with locked(path):
+        held = subprocess.run([sys.executable, "-c", probe], check=False)
+    free = subprocess.run([sys.executable, "-c", probe], check=False)
+    assert (held.returncode, free.returncode) == (7, 0)
