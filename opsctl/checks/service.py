@@ -373,6 +373,8 @@ def run_health(
             view = _shadow_view(view, state)
         partition = _partition_size(ctx, len(nodes))
         decisions = decide(reports, view, state, cfg, now, partition)
+        if h.resume_diag_level and not dry_run:
+            diag_before_resume(ctx, decisions, view, now)
         actions = (
             GuardedSlurm(ctx.slurm, ctx.config) if ctx.slurm is not None and ctx.config is not None else None
         )
@@ -383,6 +385,42 @@ def run_health(
             state.save(state_file)
     result.decisions, result.mode = decisions, mode
     return result
+
+
+def diag_before_resume(
+    ctx: HealthContext,
+    decisions: list[Decision],
+    view: dict[str, SlurmNodeView],
+    now: float,
+    source: Source | None = None,
+) -> None:
+    """``[health] resume_diag_level``: before a drained node is resumed, run ``dcgmi diag -r N`` on
+    it (only while it is idle: the diagnostic takes the GPUs) and keep it drained unless DCGM's
+    verdicts are clean. Turns the resume decisions it cannot confirm into ``keep``."""
+    level = ctx.health.resume_diag_level
+    resumes = [d for d in decisions if d.action == "resume"]
+    idle = [d.node for d in resumes if (v := view.get(d.node)) is not None and v.state == "idle"]
+    for d in resumes:
+        if d.node not in idle:
+            d.action, d.why = "keep", f"{d.why}; waits for the node to be idle to run dcgmi diag -r {level}"
+    if not idle:
+        return
+    if source is None:
+        from opsctl.evidence.dcgm import DcgmSource
+
+        source = DcgmSource(_health_ssh_settings(ctx.health), diag_level=level)
+    thresholds = ctx.health.load_thresholds()
+    verdicts = {r.node: r for r in judge(source.collect(idle, now), thresholds, now)}
+    for d in resumes:
+        if d.node not in idle:
+            continue
+        report = verdicts.get(d.node)
+        bad = [v for v in report.verdicts if v.status is not Status.OK] if report is not None else []
+        if report is None or report.status not in (Status.OK, Status.WARN):
+            summary = "; ".join(v.summary for v in bad[:2]) or "no result"
+            d.action, d.why = "keep", f"{d.why}; dcgmi diag -r {level} before resume: {summary}"[:300]
+        else:
+            d.why = f"{d.why}; dcgmi diag -r {level} passed"
 
 
 def _read_state(path: str) -> PolicyState:

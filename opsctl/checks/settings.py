@@ -48,6 +48,7 @@ class HealthSection:
     ib_sysfs_root: str | None = None  # None: /sys/class/infiniband ($OPSCTL_IB_SYSFS_ROOT on a node wins)
     ib_sample_seconds: float = 2.0
     dcgm_diag_level: int = 0  # 0: health watches only; 1-4: also run `dcgmi diag -r N`
+    resume_diag_level: int = 0  # 0: off; 1-4: `dcgmi diag -r N` on an idle drained node before resume
 
     def validate(self) -> None:
         if self.source not in SOURCES:
@@ -60,6 +61,8 @@ class HealthSection:
         check_addresses("ssh_addresses", self.ssh_addresses)
         if self.dcgm_diag_level not in (0, 1, 2, 3, 4):
             raise ValueError("dcgm_diag_level: must be 0 (off) or 1-4")
+        if self.resume_diag_level not in (0, 1, 2, 3, 4):
+            raise ValueError("resume_diag_level: must be 0 (off) or 1-4")
         if self.expected_gpus is not None and self.expected_gpus < 0:
             raise ValueError("expected_gpus: must be >= 0")
         from opsctl.checks.catalogue import CODES

@@ -331,3 +331,44 @@ def test_state_lock_excludes_a_second_process(tmp_path):
         held = subprocess.run([sys.executable, "-c", probe], check=False)
     free = subprocess.run([sys.executable, "-c", probe], check=False)
     assert (held.returncode, free.returncode) == (7, 0)
+
+
+class _DiagSource:
+    """DCGM verdicts as the dcgm source gives them: a failing diagnostic on one node."""
+
+    name = "dcgm"
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def collect(self, nodes, now):
+        from opsctl.evidence.model import Evidence
+
+        self.asked += nodes
+        out = []
+        for n in nodes:
+            ev = Evidence(n, "dcgm", now, provides=frozenset({"dcgm"}))
+            ev.dcgm_incidents = (
+                [{"gpu": 3, "system": "diag memory", "status": "Fail", "message": "DBE in memtest"}]
+                if n == "gpu-002" else []
+            )
+            out.append(ev)
+        return out
+
+
+def test_diag_before_resume_keeps_a_node_whose_diagnostic_fails_and_waits_for_idle():
+    from opsctl.checks import service
+    from opsctl.checks.settings import HealthSection
+    from opsctl.policy import Decision
+
+    ctx = service.HealthContext(health=HealthSection(resume_diag_level=1))
+    view = {n: _Node(n, state, "r", {"DRAIN"})
+            for n, state in (("gpu-001", "idle"), ("gpu-002", "idle"), ("gpu-003", "allocated"))}
+    ds = [Decision(n, "resume", "clean 3/3 passes") for n in view]
+    src = _DiagSource()
+    service.diag_before_resume(ctx, ds, view, NOW, source=src)
+    got = {d.node: (d.action, d.why) for d in ds}
+    assert src.asked == ["gpu-001", "gpu-002"]  # never on a node still running work
+    assert got["gpu-001"][0] == "resume" and "diag -r 1 passed" in got["gpu-001"][1]
+    assert got["gpu-002"][0] == "keep" and "DBE in memtest" in got["gpu-002"][1]
+    assert got["gpu-003"][0] == "keep" and "idle" in got["gpu-003"][1]
