@@ -26,6 +26,9 @@ FACTS = (
     "mounts",
     "slurmd",
     "dcgm",
+    "recovery",  # what the driver says each GPU needs (recovery action, reset required)
+    "fabric",  # NVLink fabric registration of each GPU with the fabric manager
+    "sxid",  # NVSwitch SXid events
 )
 
 
@@ -37,6 +40,21 @@ class XidEvent:
     time: float | None = None  # unix seconds of the (last) occurrence, when known
     boot_id: str = ""  # the kernel boot the event belongs to, when known
     message: str = ""
+    mono: float | None = None  # the kernel's stamp (seconds since boot): identifies a log line
+
+
+@dataclass
+class SxidEvent:
+    """An NVSwitch SXid from the kernel log (``nvidia-nvswitchN: SXid (PCI:...): 12028, Non-fatal``)."""
+
+    sxid: int
+    switch: str = ""  # the NVSwitch's PCI address, "0000:85:00"
+    fatal: bool | None = None  # as the kernel line says ("Fatal" / "Non-fatal"), None if it does not
+    count: int = 1
+    time: float | None = None
+    boot_id: str = ""
+    message: str = ""
+    mono: float | None = None
 
 
 @dataclass
@@ -65,6 +83,10 @@ class GpuEvidence:
     # DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION): none | reset | reboot | drain_p2p | drain_and_reset
     recovery_action: str | None = None
     reset_required: bool | None = None  # nvidia-smi -q "GPU Reset Status / Reset Required"
+    # nvidia-smi -q "Fabric" section (NVSwitch systems): State Completed / In Progress / Not Started /
+    # Not Supported, Status Success / N/A / an error; None when not reported
+    fabric_state: str | None = None
+    fabric_status: str | None = None
     thermal_throttle: bool | None = None
     power_throttle: bool | None = None  # hardware power brake, not the normal software cap
     temperature_c: float | None = None
@@ -101,9 +123,11 @@ class Evidence:
     reachable: bool = True
     error: str = ""  # why the node could not be read (unreachable, stale series, ...)
     boot_id: str = ""  # current kernel boot, when known: XIDs of earlier boots are history
+    boot_time: float | None = None  # unix seconds the current boot started: older events are history
     gpu_count: int | None = None
     gpus: list[GpuEvidence] = field(default_factory=list)
     xids: list[XidEvent] | None = None
+    sxids: list[SxidEvent] | None = None  # NVSwitch SXids; None: the source could not read them
     ib_ports: list[IbPortEvidence] | None = None
     mounts: list[MountEvidence] | None = None
     slurmd_alive: bool | None = None
