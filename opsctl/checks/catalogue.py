@@ -29,6 +29,8 @@ FAIL_ACTION: dict[str, str] = {
     "gpu-retired-pages": "replace",  # page-retirement thresholds are NVIDIA's RMA criteria
     "gpu-row-remap": "reset_gpu",  # pending remap applies on reset; a failed remap sets replace
     "gpu-nvlink": "reset_gpu",
+    "gpu-ecc-sbe-rate": "none",  # WARN only
+    "gpu-nvlink-crc": "none",  # WARN only
     "gpu-pcie": "reboot",  # link retraining needs at least a reboot (often a reseat)
     "gpu-throttle": "restart_app",  # cooling fault: no proof beyond clean passes
     "gpu-recovery": "reset_gpu",  # the verdict carries the driver's own action
@@ -555,7 +557,12 @@ def check_recovery(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
             return (
                 Status.FAIL,
                 f"driver asks for unknown recovery action {wanted!r}",
-                {"short": f"recovery {wanted} gpu {g.index}", "recovery": wanted, "action": "reboot"},
+                {
+                    "short": f"recovery {wanted} gpu {g.index}"[:60],
+                    "recovery": wanted,
+                    "action": "reboot",
+                    "uuid": g.uuid,
+                },
             )
         action = _RECOVERY[wanted]
         if action is None:
@@ -582,7 +589,7 @@ def check_fabric(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
         if g.fabric_state is None:
             return None
         state, status = g.fabric_state.strip(), (g.fabric_status or "").strip()
-        detail: dict[str, object] = {"state": state, "status": status, "uuid": g.uuid}
+        detail: dict[str, object] = {"fabric_state": state, "fabric_status": status, "uuid": g.uuid}
         if state.lower() in ("not supported", "n/a"):
             return Status.OK, "", {}  # no NVSwitch fabric on this system: nothing to register
         if state.lower() == "completed":
