@@ -117,9 +117,11 @@ class SshSettings:
     hosts: dict[str, str] = field(default_factory=dict)  # node -> address (default: the node name)
     ports: dict[str, int] = field(default_factory=dict)  # node -> port (default: port)
     ib_sysfs_root: str | None = None  # None: /sys/class/infiniband ($OPSCTL_IB_SYSFS_ROOT wins)
-    nvidia_smi_timeout: float = 30.0  # a hung driver call: reported in probe_timeouts, GPU facts unknown
+    # under node_timeout together: a hung call is reported in probe_timeouts (GPU facts unknown); a
+    # process the KILL cannot end (uninterruptible driver wait) runs the node into node_timeout
+    nvidia_smi_timeout: float = 15.0
     mount_timeout: float = 10.0  # stat -f of a required mount
-    journal_timeout: float = 30.0
+    journal_timeout: float = 20.0
     # how long XIDs/SXids of the current boot are remembered between passes; keep it at least as
     # long as [xid] window_seconds
     kernel_log_retention: float = 86400.0
