@@ -83,13 +83,13 @@ class GpuEvidence:
     # DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION): none | reset | reboot | drain_p2p | drain_and_reset
     recovery_action: str | None = None
     reset_required: bool | None = None  # nvidia-smi -q "GPU Reset Status / Reset Required"
+    thermal_throttle: bool | None = None
+    power_throttle: bool | None = None  # hardware power brake, not the normal software cap
+    temperature_c: float | None = None
     # nvidia-smi -q "Fabric" section (NVSwitch systems): State Completed / In Progress / Not Started /
     # Not Supported, Status Success / N/A / an error; None when not reported
     fabric_state: str | None = None
     fabric_status: str | None = None
-    thermal_throttle: bool | None = None
-    power_throttle: bool | None = None  # hardware power brake, not the normal software cap
-    temperature_c: float | None = None
 
 
 @dataclass
@@ -123,11 +123,9 @@ class Evidence:
     reachable: bool = True
     error: str = ""  # why the node could not be read (unreachable, stale series, ...)
     boot_id: str = ""  # current kernel boot, when known: XIDs of earlier boots are history
-    boot_time: float | None = None  # unix seconds the current boot started: older events are history
     gpu_count: int | None = None
     gpus: list[GpuEvidence] = field(default_factory=list)
     xids: list[XidEvent] | None = None
-    sxids: list[SxidEvent] | None = None  # NVSwitch SXids; None: the source could not read them
     ib_ports: list[IbPortEvidence] | None = None
     mounts: list[MountEvidence] | None = None
     slurmd_alive: bool | None = None
@@ -142,3 +140,5 @@ class Evidence:
     xid_mode: str = ""
     provides: frozenset[str] = frozenset()  # facts this source reports for every node
     raw: dict[str, Any] = field(default_factory=dict)  # source-specific extra detail
+    boot_time: float | None = None  # unix seconds the current boot started: older events are history
+    sxids: list[SxidEvent] | None = None  # NVSwitch SXids; None: the source could not read them
