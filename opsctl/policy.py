@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 
+from opsctl.checks.catalogue import FAIL_ACTION
 from opsctl.checks.model import Status, Verdict
 from opsctl.checks.runner import NodeReport
 from opsctl.errors import ConfigError, Refused
@@ -50,22 +51,6 @@ MAX_REASON = 120
 # What a fault needs before the node may take work again, least to most; a drain latches the worst.
 ACTIONS = ("none", "restart_app", "reset_gpu", "reboot", "replace")
 _ACTION_RANK = {a: i for i, a in enumerate(ACTIONS)}
-# A failing check's action when its verdict does not name one (evidence "action").
-DEFAULT_ACTIONS = {
-    "gpu-count": "reboot",  # a GPU off the bus comes back only with a reboot
-    "gpu-xid": "reboot",  # an unclassified XID is treated as fatal
-    "gpu-ecc-dbe": "reset_gpu",
-    "gpu-row-remap": "reset_gpu",
-    "gpu-retired-pages": "replace",
-    "gpu-nvlink": "reset_gpu",
-    "gpu-pcie": "reboot",
-    "gpu-throttle": "restart_app",
-    "gpu-recovery": "reset_gpu",
-    "gpu-fabric": "reboot",
-    "nvswitch-sxid": "reboot",
-    "dcgm-health": "reset_gpu",
-    "probe-hung": "reboot",
-}
 # recovery actions (NVML's, as evidence carries them) that ask for a reset or more
 _RESET_ASKED = {"reset", "drain_and_reset"}
 
@@ -74,7 +59,7 @@ def required_action(v: Verdict) -> str:
     action = v.evidence.get("action")
     if isinstance(action, str) and action in _ACTION_RANK:
         return action
-    return DEFAULT_ACTIONS.get(v.code, "none")
+    return FAIL_ACTION.get(v.code, "none")
 
 
 class SlurmNodeView(Protocol):
@@ -336,7 +321,9 @@ def probe_verdicts(report: NodeReport, state: PolicyState, cfg: PolicyConfig, co
                 report.node,
                 None,
                 f"{probe} timed out {seen[probe]} passes in a row",
-                {"short": f"{probe} hung", "probe": probe, "passes": seen[probe], "action": "reboot"},
+                # a driver call that never returns needs a reboot; a mount clears when its server does
+                {"short": f"{probe} hung", "probe": probe, "passes": seen[probe],
+                 "action": "reboot" if probe == "nvidia-smi" else "none"},
             )
         )
     if hung:

@@ -9,12 +9,46 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from opsctl.checks.model import Status, Verdict
-from opsctl.checks.thresholds import DRAIN_CLASSES, Thresholds
+from opsctl.checks.thresholds import DRAIN_CLASSES, XID_CLASSES, Thresholds
 from opsctl.evidence.model import Evidence, GpuEvidence, IbPortEvidence
 
 CheckFn = Callable[[Evidence, Thresholds, float], list[Verdict]]
+
+# What a FAIL of each check needs before the node may take work again; remediation latches on the
+# verdict's evidence["action"], which a verdict may set itself (an XID's class, a failed row remap).
+# "none": nothing to prove, the node is resumed after clean passes; restart_app likewise (the fault
+# was the application's); reset_gpu: evidence of a GPU reset; reboot: a new boot id; replace: a person.
+ACTION_CLASSES = ("none", *XID_CLASSES)
+FAIL_ACTION: dict[str, str] = {
+    "gpu-count": "reboot",  # a GPU missing from the driver's view comes back only with a reboot
+    "gpu-xid": "reboot",  # each XID verdict sets its own class; reboot if one ever does not
+    "gpu-ecc-dbe": "reset_gpu",  # volatile DBE count clears, and the row is remapped, on reset
+    "gpu-retired-pages": "replace",  # page-retirement thresholds are NVIDIA's RMA criteria
+    "gpu-row-remap": "reset_gpu",  # pending remap applies on reset; a failed remap sets replace
+    "gpu-nvlink": "reset_gpu",
+    "gpu-ecc-sbe-rate": "none",  # WARN only
+    "gpu-nvlink-crc": "none",  # WARN only
+    "gpu-pcie": "reboot",  # link retraining needs at least a reboot (often a reseat)
+    "gpu-throttle": "restart_app",  # cooling fault: no proof beyond clean passes
+    "gpu-recovery": "reset_gpu",  # the verdict carries the driver's own action
+    "gpu-fabric": "reboot",  # fabric manager / NVSwitch registration
+    "nvswitch-sxid": "reboot",
+    "ib-port": "none",
+    "ib-errors": "none",
+    "mount": "none",
+    "slurmd": "none",
+    "dcgm-health": "reset_gpu",
+    "probe-hung": "none",  # judged by the policy; a hung nvidia-smi sets reboot in its verdict
+}
+_CLASS_RANK = {c: i for i, c in enumerate(ACTION_CLASSES)}
+
+
+def worse_action(a: str, b: str) -> str:
+    """The stronger of two action classes (none < ignore < restart_app < ... < replace)."""
+    return a if _CLASS_RANK.get(a, len(_CLASS_RANK)) >= _CLASS_RANK.get(b, len(_CLASS_RANK)) else b
 
 
 @dataclass(frozen=True)
@@ -29,6 +63,8 @@ def _v(
     ev: Evidence, code: str, status: Status, summary: str, gpu: int | None = None, **evidence: object
 ) -> Verdict:
     evidence.setdefault("source", ev.source)
+    if status is Status.FAIL:
+        evidence.setdefault("action", FAIL_ACTION.get(code, "reboot"))
     return Verdict(code=code, status=status, node=ev.node, gpu=gpu, summary=summary, evidence=dict(evidence))
 
 
@@ -55,43 +91,78 @@ def check_gpu_count(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
     return [_v(ev, "gpu-count", Status.OK, f"{ev.gpu_count} GPUs", seen=ev.gpu_count, expected=expected)]
 
 
+_XID_MODES = {
+    "kernel-log": "kernel log",
+    "count": "XID counts over the exporter's window",
+    "last-value": "last XID per GPU only",
+}
+
+
+def _history(ev: Evidence, boot_id: str, when: float | None, now: float, window: float) -> bool:
+    """An event of an earlier boot, before the current boot started, or older than the window."""
+    if ev.boot_id and boot_id and boot_id != ev.boot_id:
+        return True
+    if when is not None and ev.boot_time is not None and when < ev.boot_time:
+        return True
+    return when is not None and now - when > window
+
+
 def check_xid(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
     if ev.xids is None:
         return [_unknown(ev, "gpu-xid", "XID events")]
     window = float(th.get("xid", "window_seconds"))
-    # Deduplicate: one entry per (gpu, xid) within this boot and the window, counts summed.
-    current: dict[tuple[int | None, int], dict[str, float | int | None]] = {}
+    mode = ev.xid_mode
+    last_value = mode == "last-value"
+    how = _XID_MODES.get(mode, mode or "events")
+    uuids = {g.index: g.uuid for g in ev.gpus if g.uuid}
+    # One entry per (gpu, xid) within this boot and the window: counts summed, the worst class kept
+    # (XID 154 takes the action its message names, so two 154s may differ).
+    current: dict[tuple[int | None, int], dict[str, Any]] = {}
     for e in ev.xids:
-        if ev.boot_id and e.boot_id and e.boot_id != ev.boot_id:
-            continue  # an earlier boot: the reboot already cleared it
-        if e.time is not None and now - e.time > window:
-            continue
-        entry = current.setdefault((e.gpu, e.xid), {"count": 0, "last": None})
-        entry["count"] = int(entry["count"] or 0) + e.count
-        if e.time is not None and (entry["last"] is None or e.time > float(entry["last"] or 0)):
+        if e.xid <= 0 or _history(ev, e.boot_id, e.time, now, window):
+            continue  # 0: the last-XID gauge at rest
+        entry = current.setdefault((e.gpu, e.xid), {"count": 0, "last": None, "cls": "ignore"})
+        entry["count"] += e.count
+        entry["cls"] = worse_action(entry["cls"], th.xid_class(e.xid, e.message))
+        if e.time is not None and (entry["last"] is None or e.time > entry["last"]):
             entry["last"] = e.time
     verdicts: list[Verdict] = []
     for (gpu, xid), entry in sorted(current.items(), key=lambda kv: (kv[0][0] or -1, kv[0][1])):
-        cls = th.xid_class(xid)
-        if cls == "ignore":
-            continue
-        status = Status.FAIL if cls in DRAIN_CLASSES else Status.WARN
+        cls = entry["cls"]
+        catalogued = th.xid_entry(xid)
+        name = catalogued.name if catalogued else "not in NVIDIA's catalogue"
         where = f" on gpu {gpu}" if gpu is not None else ""
+        if cls in DRAIN_CLASSES:
+            status = Status.FAIL
+        elif last_value:
+            # Only the last XID is known: a harmless one may hide an earlier fatal one.
+            status = Status.UNKNOWN
+        elif cls == "ignore":
+            continue
+        else:
+            status = Status.WARN
+        summary = f"xid {xid} {name} ({cls}){where}, {entry['count']}x [{how}]"
+        if status is Status.UNKNOWN:
+            summary = f"last xid {xid} {name} ({cls}){where}: an earlier fatal XID may be hidden [{how}]"
         verdicts.append(
             _v(
                 ev,
                 "gpu-xid",
                 status,
-                f"xid {xid} ({cls}){where}, {entry['count']}x",
+                summary,
                 gpu,
                 short=f"xid {xid} gpu {gpu}" if gpu is not None else f"xid {xid}",
-                xid=xid,
                 action=cls,
+                xid=xid,
+                name=name,
+                nvidia_action=catalogued.nvidia_action if catalogued else "",
                 count=entry["count"],
                 last=entry["last"],
+                uuid=uuids.get(gpu, "") if gpu is not None else "",
+                mode=mode,
             )
         )
-    return verdicts or [_v(ev, "gpu-xid", Status.OK, "no actionable XID in window")]
+    return verdicts or [_v(ev, "gpu-xid", Status.OK, f"no actionable XID in window [{how}]", mode=mode)]
 
 
 def _per_gpu(
@@ -191,7 +262,7 @@ def check_row_remap(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
             return (
                 status,
                 "row remapping failed",
-                {"short": f"row remap failed gpu {g.index}", "failure": True},
+                {"short": f"row remap failed gpu {g.index}", "failure": True, "action": "replace"},
             )
         if g.remap_pending:
             status = Status.FAIL if on_pending else Status.WARN
@@ -455,9 +526,138 @@ def check_dcgm(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
     return verdicts or [_v(ev, "dcgm-health", Status.OK, "DCGM reports healthy")]
 
 
+# NVML's recovery actions (nvmlDeviceGetGpuRecoveryAction; DCGM field 1523), by the names the sources
+# use, with NVIDIA's "Recovery action flag" guidance (GPU memory error management, "Error Recovery
+# and Response Flags"). DRAIN_P2P: "terminate all GPU processes that conduct peer-to-peer traffic ...
+# then query again, which will return one of the other actions": the node must stop taking work
+# (FAIL), but nothing is to be proven afterwards, the driver's next answer is judged on its own.
+_RECOVERY: dict[str, str | None] = {
+    "none": None,
+    "reset": "reset_gpu",
+    "gpu_reset": "reset_gpu",
+    "drain_and_reset": "reset_gpu",
+    "bus_reset": "reset_gpu",
+    "reboot": "reboot",
+    "node_reboot": "reboot",
+    "system_reboot": "reboot",
+    "drain_p2p": "restart_app",
+}
+
+
+def check_recovery(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
+    def judge(g: GpuEvidence) -> tuple[Status, str, dict[str, object]] | None:
+        wanted = g.recovery_action
+        if wanted is None and g.reset_required is None:
+            return None
+        if g.reset_required and wanted in (None, "none"):
+            wanted = "reset"
+        wanted = (wanted or "none").lower()
+        if wanted not in _RECOVERY:
+            # the driver asks for something this table does not know: treat it as fatal
+            return (
+                Status.FAIL,
+                f"driver asks for unknown recovery action {wanted!r}",
+                {
+                    "short": f"recovery {wanted} gpu {g.index}"[:60],
+                    "recovery": wanted,
+                    "action": "reboot",
+                    "uuid": g.uuid,
+                },
+            )
+        action = _RECOVERY[wanted]
+        if action is None:
+            return Status.OK, "", {}
+        return (
+            Status.FAIL,
+            f"driver says the GPU needs: {wanted}",
+            {
+                "short": f"needs {wanted} gpu {g.index}",
+                "recovery": wanted,
+                "action": action,
+                "uuid": g.uuid,
+            },
+        )
+
+    return _per_gpu(ev, "gpu-recovery", "GPU recovery action", judge)
+
+
+def check_fabric(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
+    settle = float(th.get("fabric", "settle_seconds"))
+    booted_long_ago = ev.boot_time is not None and now - ev.boot_time > settle
+
+    def judge(g: GpuEvidence) -> tuple[Status, str, dict[str, object]] | None:
+        if g.fabric_state is None:
+            return None
+        state, status = g.fabric_state.strip(), (g.fabric_status or "").strip()
+        detail: dict[str, object] = {"fabric_state": state, "fabric_status": status, "uuid": g.uuid}
+        if state.lower() in ("not supported", "n/a"):
+            return Status.OK, "", {}  # no NVSwitch fabric on this system: nothing to register
+        if state.lower() == "completed":
+            if status.lower() == "success":
+                return Status.OK, "", {}
+            return (
+                Status.FAIL,
+                f"NVLink fabric registration failed: {status or 'no status'}",
+                {**detail, "short": f"fabric {status or 'failed'} gpu {g.index}"[:60]},
+            )
+        if state.lower() in ("in progress", "not started") and not booted_long_ago:
+            # the fabric manager registers GPUs after boot; give it settle_seconds
+            return (
+                Status.UNKNOWN,
+                f"NVLink fabric {state.lower()} (boot too recent or boot time unknown)",
+                {**detail, "short": "fabric pending"},
+            )
+        return (
+            Status.FAIL,
+            f"NVLink fabric {state.lower()}{f' ({status})' if status and status != 'N/A' else ''}",
+            {**detail, "short": f"fabric {state.lower()} gpu {g.index}"[:60]},
+        )
+
+    return _per_gpu(ev, "gpu-fabric", "NVLink fabric state", judge)
+
+
+def check_sxid(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
+    if ev.sxids is None:
+        return [_unknown(ev, "nvswitch-sxid", "NVSwitch SXid events")]
+    window = float(th.get("xid", "window_seconds"))
+    always_fatal = set(th.get("sxid", "always_fatal"))
+    current: dict[tuple[str, int], dict[str, Any]] = {}
+    for e in ev.sxids:
+        if _history(ev, e.boot_id, e.time, now, window):
+            continue
+        entry = current.setdefault(
+            (e.switch, e.sxid), {"count": 0, "last": None, "fatal": False, "said": set()}
+        )
+        entry["count"] += e.count
+        # the kernel line's own word first; a missing word counts as fatal (unknown is fatal)
+        entry["fatal"] |= e.fatal is not False or e.sxid in always_fatal
+        entry["said"].add("unstated" if e.fatal is None else ("fatal" if e.fatal else "non-fatal"))
+        if e.time is not None and (entry["last"] is None or e.time > entry["last"]):
+            entry["last"] = e.time
+    verdicts: list[Verdict] = []
+    for (switch, sxid), entry in sorted(current.items()):
+        fatal = entry["fatal"]
+        verdicts.append(
+            _v(
+                ev,
+                "nvswitch-sxid",
+                Status.FAIL if fatal else Status.WARN,
+                f"NVSwitch {switch}: SXid {sxid} ({'fatal' if fatal else 'non-fatal'}), {entry['count']}x",
+                short=f"sxid {sxid} {switch}",
+                sxid=sxid,
+                switch=switch,
+                fatal=fatal,
+                kernel_said=sorted(entry["said"]),
+                count=entry["count"],
+                last=entry["last"],
+            )
+        )
+    return verdicts or [_v(ev, "nvswitch-sxid", Status.OK, "no NVSwitch SXid in window")]
+
+
 CATALOGUE: tuple[Check, ...] = (
     Check("gpu-count", "gpu_count", "GPU count against the inventory", check_gpu_count),
-    Check("gpu-xid", "xid", "XID events, classified by NVIDIA's catalog", check_xid),
+    Check("gpu-xid", "xid", "XID events, classified by NVIDIA's XID catalogue", check_xid),
     Check("gpu-ecc-dbe", "ecc", "uncorrectable (double-bit) ECC errors", check_ecc_dbe),
     Check("gpu-ecc-sbe-rate", "ecc_sbe_rate", "correctable (single-bit) ECC error rate", check_ecc_sbe_rate),
     Check("gpu-retired-pages", "retired_pages", "retired memory pages", check_retired_pages),
@@ -471,6 +671,9 @@ CATALOGUE: tuple[Check, ...] = (
     Check("mount", "mounts", "required mounts present and responsive", check_mounts),
     Check("slurmd", "slurmd", "slurmd alive", check_slurmd),
     Check("dcgm-health", "dcgm", "DCGM health watches and diagnostics", check_dcgm),
+    Check("gpu-recovery", "recovery", "the recovery action the driver asks for", check_recovery),
+    Check("gpu-fabric", "fabric", "NVLink fabric registration (fabric manager)", check_fabric),
+    Check("nvswitch-sxid", "sxid", "NVSwitch SXid events, fatal or not", check_sxid),
 )
 # evidence: a node that could not be read; probe-hung: a probe that kept timing out (policy adds it);
 # launch-node-failed: a node that failed under a run (the watcher's drains)

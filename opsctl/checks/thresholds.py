@@ -8,10 +8,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from opsctl.checks.xid_catalogue import DRAIN_CLASSES, XID_CLASSES, XidEntry, catalogue, xid154_class
 from opsctl.errors import ConfigError
 
-XID_CLASSES = ("ignore", "restart_app", "reset_gpu", "reboot", "replace")
-DRAIN_CLASSES = frozenset({"reset_gpu", "reboot", "replace"})
+__all__ = ["DRAIN_CLASSES", "XID_CLASSES", "Thresholds", "XidEntry", "load_thresholds"]
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any], where: str = "") -> dict[str, Any]:
@@ -34,9 +34,22 @@ class Thresholds:
     def get(self, section: str, key: str) -> Any:
         return self.data[section][key]
 
-    def xid_class(self, xid: int) -> str:
-        classes: dict[str, str] = self.data["xid"]["classes"]
-        return classes.get(str(xid), self.data["xid"]["default_class"])
+    def xid_class(self, xid: int, message: str = "") -> str:
+        """The action class of an XID: the site's [xid.classes] entry, else NVIDIA's catalogue (for
+        XID 154, the action its message names), else [xid] default_class (unknown is fatal)."""
+        site: dict[str, str] = self.data["xid"]["classes"]
+        if str(xid) in site:
+            return site[str(xid)]
+        if xid == 154 and message:
+            named = xid154_class(message)
+            if named is not None:
+                return named
+        entry = catalogue().get(xid)
+        return entry.cls if entry is not None else str(self.data["xid"]["default_class"])
+
+    def xid_entry(self, xid: int) -> XidEntry | None:
+        """NVIDIA's catalogue row (mnemonic, published bucket, note) for evidence and docs."""
+        return catalogue().get(xid)
 
 
 def default_data() -> dict[str, Any]:
@@ -64,12 +77,21 @@ def load_thresholds(override: str | Path | dict[str, Any] | None = None) -> Thre
 
 def _validate(data: dict[str, Any]) -> None:
     for xid, cls in data["xid"]["classes"].items():
-        if not str(xid).isdigit() or cls not in XID_CLASSES:
+        if not str(xid).isdigit() or int(xid) <= 0 or cls not in XID_CLASSES:
             raise ConfigError(
                 f"thresholds: xid.classes.{xid} = {cls!r}; classes are {', '.join(XID_CLASSES)}"
             )
     if data["xid"]["default_class"] not in XID_CLASSES:
         raise ConfigError(f"thresholds: xid.default_class must be one of {', '.join(XID_CLASSES)}")
+    fatal = data["sxid"]["always_fatal"]
+    if not isinstance(fatal, list) or not all(isinstance(x, int) and x > 0 for x in fatal):
+        raise ConfigError("thresholds: sxid.always_fatal must be a list of SXid numbers")
+    settle = data["fabric"]["settle_seconds"]
+    if not isinstance(settle, int | float) or settle < 0:
+        raise ConfigError("thresholds: fabric.settle_seconds must be a non-negative number")
+    window = data["xid"]["window_seconds"]
+    if not isinstance(window, int | float) or window <= 0:
+        raise ConfigError("thresholds: xid.window_seconds must be a positive number")
     for key in ("thermal", "power_brake"):
         if data["throttle"][key] not in ("OK", "WARN", "FAIL"):
             raise ConfigError(f"thresholds: throttle.{key} must be OK, WARN or FAIL")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from opsctl.evidence.model import GpuEvidence, IbPortEvidence, XidEvent
+from opsctl.evidence.model import GpuEvidence, IbPortEvidence, SxidEvent, XidEvent
 from opsctl.parsers.dmesg_xid import XidLog, normalise_pci
 from opsctl.parsers.ib_sysfs import IbSysfsDevice
 from opsctl.parsers.ibstat import IbstatReport
@@ -11,6 +11,17 @@ from opsctl.parsers.nvidia_smi_q import NvidiaSmiQuery
 # nvidia-smi "Clocks Event Reasons" names that mean hardware is slowing the GPU down.
 _THERMAL_REASONS = ("HW Thermal Slowdown",)
 _POWER_REASONS = ("HW Power Brake Slowdown",)
+
+
+def _recovery(reset_required: bool | None, drain_and_reset: bool | None) -> str | None:
+    """nvidia-smi's "GPU Reset Status" flags as NVML's recovery action names."""
+    if drain_and_reset:
+        return "drain_and_reset"
+    if reset_required:
+        return "reset"
+    if reset_required is False and drain_and_reset is not True:
+        return "none"
+    return None
 
 
 def gpus_from_nvidia_smi(report: NvidiaSmiQuery) -> list[GpuEvidence]:
@@ -38,6 +49,10 @@ def gpus_from_nvidia_smi(report: NvidiaSmiQuery) -> list[GpuEvidence]:
                 thermal_throttle=any(reasons.get(r, False) for r in _THERMAL_REASONS) if reasons else None,
                 power_throttle=any(reasons.get(r, False) for r in _POWER_REASONS) if reasons else None,
                 temperature_c=g.temperature_c,
+                reset_required=g.reset_required,
+                recovery_action=_recovery(g.reset_required, g.drain_and_reset_recommended),
+                fabric_state=g.fabric_state or None,
+                fabric_status=g.fabric_status or None,
             )
         )
     return out
@@ -102,14 +117,39 @@ def xids_from_dmesg(
     """XID events with the GPU index resolved from the PCI address, and the wall time derived from
     the kernel's seconds-since-boot stamp when the node's current uptime is known."""
     by_pci = {normalise_pci(g.pci_bus_id): g.index for g in gpus if g.pci_bus_id}
-    events: list[XidEvent] = []
-    for rec in log.xids:
-        when: float | None = None
-        if now is not None and uptime is not None and rec.uptime_seconds is not None:
-            when = now - max(0.0, uptime - rec.uptime_seconds)
-        events.append(
-            XidEvent(
-                xid=rec.code, gpu=by_pci.get(rec.pci), time=when, boot_id=boot_id, message=rec.message[:200]
-            )
+    return [
+        XidEvent(
+            xid=rec.code,
+            gpu=by_pci.get(rec.pci),
+            time=_wall(rec.uptime_seconds, now, uptime),
+            boot_id=boot_id,
+            message=rec.message[:200],
+            mono=rec.uptime_seconds,
         )
-    return events
+        for rec in log.xids
+    ]
+
+
+def sxids_from_dmesg(
+    log: XidLog, boot_id: str = "", now: float | None = None, uptime: float | None = None
+) -> list[SxidEvent]:
+    """NVSwitch SXid events, with the severity the kernel line states."""
+    return [
+        SxidEvent(
+            sxid=rec.code,
+            switch=rec.pci,
+            fatal=rec.fatal,
+            time=_wall(rec.uptime_seconds, now, uptime),
+            boot_id=boot_id,
+            message=rec.message[:200],
+            mono=rec.uptime_seconds,
+        )
+        for rec in log.sxids
+    ]
+
+
+def _wall(stamp: float | None, now: float | None, uptime: float | None) -> float | None:
+    """Wall time of a kernel stamp (seconds since boot), given the node's uptime at ``now``."""
+    if now is None or uptime is None or stamp is None:
+        return None
+    return now - max(0.0, uptime - stamp)

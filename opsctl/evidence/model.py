@@ -26,6 +26,9 @@ FACTS = (
     "mounts",
     "slurmd",
     "dcgm",
+    "recovery",  # what the driver says each GPU needs (recovery action, reset required)
+    "fabric",  # NVLink fabric registration of each GPU with the fabric manager
+    "sxid",  # NVSwitch SXid events
 )
 
 
@@ -37,6 +40,21 @@ class XidEvent:
     time: float | None = None  # unix seconds of the (last) occurrence, when known
     boot_id: str = ""  # the kernel boot the event belongs to, when known
     message: str = ""
+    mono: float | None = None  # the kernel's stamp (seconds since boot): identifies a log line
+
+
+@dataclass
+class SxidEvent:
+    """An NVSwitch SXid from the kernel log (``nvidia-nvswitchN: SXid (PCI:...): 12028, Non-fatal``)."""
+
+    sxid: int
+    switch: str = ""  # the NVSwitch's PCI address, "0000:85:00"
+    fatal: bool | None = None  # as the kernel line says ("Fatal" / "Non-fatal"), None if it does not
+    count: int = 1
+    time: float | None = None
+    boot_id: str = ""
+    message: str = ""
+    mono: float | None = None
 
 
 @dataclass
@@ -68,6 +86,10 @@ class GpuEvidence:
     thermal_throttle: bool | None = None
     power_throttle: bool | None = None  # hardware power brake, not the normal software cap
     temperature_c: float | None = None
+    # nvidia-smi -q "Fabric" section (NVSwitch systems): State Completed / In Progress / Not Started /
+    # Not Supported, Status Success / N/A / an error; None when not reported
+    fabric_state: str | None = None
+    fabric_status: str | None = None
 
 
 @dataclass
@@ -118,3 +140,5 @@ class Evidence:
     xid_mode: str = ""
     provides: frozenset[str] = frozenset()  # facts this source reports for every node
     raw: dict[str, Any] = field(default_factory=dict)  # source-specific extra detail
+    boot_time: float | None = None  # unix seconds the current boot started: older events are history
+    sxids: list[SxidEvent] | None = None  # NVSwitch SXids; None: the source could not read them

@@ -1,6 +1,15 @@
 """Evidence read on the nodes themselves over SSH (paramiko): nvidia-smi, NVLink status, the
 InfiniBand sysfs tree (sampled twice for counter deltas), kernel XIDs, mounts and slurmd.
 
+The kernel log is read since the previous pass, not as a snapshot: ``journalctl -k -b
+--show-cursor --after-cursor=C`` with the cursor of each node's last pass (the whole current boot on
+the first pass, or after a reboot), and ``dmesg`` where the journal cannot be read (said in
+``Evidence.raw["kernel_log"]``). Since a pass only returns new lines, the source remembers the XIDs
+and SXids of the node's current boot (``kernel_log_retention``) and reports them with every pass;
+``cursors()`` / ``load_cursors()`` let a long-running caller persist that state. Probes that can hang
+(nvidia-smi, ``stat -f`` of a mount) run under ``timeout`` and are reported in
+``Evidence.probe_timeouts`` when they do.
+
 Connections run in parallel (bounded), host keys are verified against a known_hosts file (an
 unknown or changed key refuses the node, it is never added), and every node has its own deadline.
 Only fixed commands are sent; node names never reach a shell (they are only connection targets),
@@ -13,17 +22,20 @@ environment (the simulated hardware writes its tree there); production nodes use
 from __future__ import annotations
 
 import concurrent.futures
+import re
 import shlex
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, TypeVar
 
 from opsctl.address import split_address
-from opsctl.evidence.convert import gpus_from_nvidia_smi, ib_from_sysfs, xids_from_dmesg
-from opsctl.evidence.model import Evidence, MountEvidence
+from opsctl.evidence.convert import gpus_from_nvidia_smi, ib_from_sysfs, sxids_from_dmesg, xids_from_dmesg
+from opsctl.evidence.model import Evidence, MountEvidence, SxidEvent, XidEvent
 from opsctl.parsers.dmesg_xid import parse_dmesg_xids
 from opsctl.parsers.ib_sysfs import DEFAULT_ROOT, grep_argv, parse_grep_output, parse_ib_sysfs
+from opsctl.parsers.journal_kernel import parse_journal_kernel, valid_cursor
 from opsctl.parsers.lfs_check import parse_lfs_check_servers
 from opsctl.parsers.nvidia_smi_nvlink import parse_nvlink_status
 from opsctl.parsers.nvidia_smi_q import parse_nvidia_smi_q
@@ -42,9 +54,16 @@ SSH_FACTS = frozenset(
         "ib_errors",
         "mounts",
         "slurmd",
+        "recovery",
+        "fabric",
+        "sxid",
     }
 )
 _SPLIT = "@@opsctl-sample@@"
+_FALLBACK = "@opsctl-kernel-log:"  # first line when the journal could not be read and dmesg follows
+TIMED_OUT = frozenset({124, 137})  # timeout(1): 124 after TERM, 128+9 when it had to KILL
+_BOOT_ID_RE = re.compile(r"^[0-9a-f-]{32,36}$")
+_KEEP_EVENTS = 5000  # per node and kind: a storm must not grow the remembered state without bound
 
 
 def ib_root_pick(root: str | None) -> str:
@@ -98,24 +117,80 @@ class SshSettings:
     hosts: dict[str, str] = field(default_factory=dict)  # node -> address (default: the node name)
     ports: dict[str, int] = field(default_factory=dict)  # node -> port (default: port)
     ib_sysfs_root: str | None = None  # None: /sys/class/infiniband ($OPSCTL_IB_SYSFS_ROOT wins)
+    # under node_timeout together: a hung call is reported in probe_timeouts (GPU facts unknown); a
+    # process the KILL cannot end (uninterruptible driver wait) runs the node into node_timeout
+    nvidia_smi_timeout: float = 15.0
+    mount_timeout: float = 10.0  # stat -f of a required mount
+    journal_timeout: float = 20.0
+    # how long XIDs/SXids of the current boot are remembered between passes; keep it at least as
+    # long as [xid] window_seconds
+    kernel_log_retention: float = 86400.0
 
 
-def commands(settings: SshSettings) -> dict[str, str]:
+def _bounded(seconds: float, cmd: str) -> str:
+    """``cmd`` under timeout(1); KILL 5 s after TERM for a process that ignores TERM."""
+    return f"timeout -k 5 {seconds:g} {cmd}"
+
+
+def kernel_log_command(cursor: str = "", boot_id: str = "", timeout: float = 30.0) -> str:
+    """Kernel lines of the current boot after ``cursor`` (all of them without one, or when the node
+    booted since ``boot_id``), from the journal; ``dmesg`` after a marker line when the journal
+    cannot be read. Only a well-formed cursor and boot id ever reach the shell."""
+    pick = "a="
+    if cursor and valid_cursor(cursor) and _BOOT_ID_RE.match(boot_id):
+        after = shlex.quote(f"--after-cursor={cursor}")
+        pick = f'a=; [ "$(cat /proc/sys/kernel/random/boot_id)" = {boot_id} ] && a={after}'
+    journal = _bounded(timeout, "journalctl -k -b --no-pager -o short-monotonic --show-cursor")
+    return (
+        f"{pick}; if command -v journalctl >/dev/null 2>&1; then "
+        f'j=$({journal} $a 2>&1); rc=$?; case "$j" in *"-- cursor: "*) printf "%s\\n" "$j"; exit 0;; esac; '
+        f'echo "{_FALLBACK} journalctl rc=$rc: $(printf "%s" "$j" | tail -n 1)"; '
+        f'else echo "{_FALLBACK} journalctl not found"; fi; dmesg'
+    )
+
+
+def commands(settings: SshSettings, cursor: str = "", boot_id: str = "") -> dict[str, str]:
+    smi = settings.nvidia_smi_timeout
     cmds = {
         "boot_id": "cat /proc/sys/kernel/random/boot_id",
         "uptime": "cat /proc/uptime",
-        "nvidia_smi": "nvidia-smi -q",
-        "nvlink": "nvidia-smi nvlink -s",
+        "nvidia_smi": _bounded(smi, "nvidia-smi -q"),
+        "nvlink": _bounded(smi, "nvidia-smi nvlink -s"),
         "ib": _ib_command(settings.ib_sample_seconds, settings.ib_sysfs_root),
-        "dmesg": "dmesg",
+        "kernel_log": kernel_log_command(cursor, boot_id, settings.journal_timeout),
         "slurmd": "pgrep -x slurmd",
         "mounts": "cat /proc/mounts",
     }
     for i, m in enumerate(settings.required_mounts):
-        cmds[f"statfs{i}"] = f"timeout 10 stat -f -c %T -- {shlex.quote(m['path'])}"
+        cmds[f"statfs{i}"] = _bounded(settings.mount_timeout, f"stat -f -c %T -- {shlex.quote(m['path'])}")
     if any(m.get("fstype") == "lustre" for m in settings.required_mounts):
-        cmds["lfs"] = "timeout 20 lfs check servers"
+        cmds["lfs"] = _bounded(20, "lfs check servers")
     return cmds
+
+
+def _kernel_text(ev: Evidence, out: dict[str, CommandResult]) -> str | None:
+    """The kernel log lines of this pass (journal or dmesg), or None when neither could be read."""
+    kl = out.get("kernel_log")
+    if kl is None:  # a caller that ran plain dmesg
+        dm = out.get("dmesg")
+        if dm is None or not dm.ok:
+            return None
+        ev.raw["kernel_log"] = {"via": "dmesg"}
+        return dm.stdout
+    first, _, rest = kl.stdout.partition("\n")
+    if first.startswith(_FALLBACK):
+        why = first[len(_FALLBACK) :].strip()[:200]
+        ev.raw["kernel_log"] = {"via": "dmesg", "journal_error": why}
+        if not kl.ok:
+            ev.raw["kernel_log"]["dmesg_error"] = (kl.stderr.strip() or f"rc {kl.rc}")[:200]
+            return None
+        return rest
+    if not kl.ok:
+        ev.raw["kernel_log"] = {"via": "none", "error": (kl.stderr.strip() or f"rc {kl.rc}")[:200]}
+        return None
+    chunk = parse_journal_kernel(kl.stdout)
+    ev.raw["kernel_log"] = {"via": "journal", "cursor": chunk.cursor, "lines": chunk.entries}
+    return chunk.text
 
 
 # -- pure: command outputs -> evidence ---------------------------------------------------------
@@ -129,6 +204,7 @@ def evidence_from_outputs(
     up = out.get("uptime")
     if up and up.ok and up.stdout.split():
         uptime = float(up.stdout.split()[0])
+        ev.boot_time = now - uptime
 
     smi = out.get("nvidia_smi")
     if smi and smi.ok:
@@ -136,11 +212,16 @@ def evidence_from_outputs(
         ev.gpus = gpus_from_nvidia_smi(report)
         ev.gpu_count = len(ev.gpus)
         ev.raw["driver_version"] = report.driver_version
+    elif smi and smi.rc in TIMED_OUT:
+        # a hung driver call says nothing about how many GPUs there are: unknown, not zero
+        ev.probe_timeouts.append("nvidia-smi")
     elif smi and smi.rc != 127:
         # nvidia-smi exists but failed (e.g. "No devices were found", a GPU off the bus): zero GPUs
         ev.gpu_count = 0
         ev.raw["nvidia_smi_error"] = (smi.stderr or smi.stdout).strip()[:200]
     nvl = out.get("nvlink")
+    if nvl and nvl.rc in TIMED_OUT and "nvidia-smi" not in ev.probe_timeouts:
+        ev.probe_timeouts.append("nvidia-smi")
     if nvl and nvl.ok and ev.gpus:
         links = {g.index: g for g in parse_nvlink_status(nvl.stdout)}
         for g in ev.gpus:
@@ -151,9 +232,12 @@ def evidence_from_outputs(
                     status.links_down if not status.all_inactive else max(1, len(status.links))
                 )
 
-    dm = out.get("dmesg")
-    if dm and dm.ok:
-        ev.xids = xids_from_dmesg(parse_dmesg_xids(dm.stdout), ev.gpus, ev.boot_id, now, uptime)
+    text = _kernel_text(ev, out)
+    if text is not None:
+        log = parse_dmesg_xids(text)
+        ev.xids = xids_from_dmesg(log, ev.gpus, ev.boot_id, now, uptime)
+        ev.sxids = sxids_from_dmesg(log, ev.boot_id, now, uptime)
+        ev.xid_mode = "kernel-log"
 
     ib = out.get("ib")
     if ib and ib.ok:
@@ -184,7 +268,14 @@ def evidence_from_outputs(
             stat = out.get(f"statfs{i}")
             responsive: bool | None = stat.ok if stat is not None else None
             detail = "" if responsive else (stat.stderr.strip()[:120] if stat else "")
-            if present and fstype == "lustre" and lfs is not None:
+            if stat is not None and stat.rc in TIMED_OUT:
+                # hung, not failed: UNKNOWN in this pass; the service counts passes in a row
+                responsive, detail = None, f"stat -f timed out after {settings.mount_timeout:g}s"
+                ev.probe_timeouts.append(f"mount:{path}")
+            elif present and fstype == "lustre" and lfs is not None and lfs.rc in TIMED_OUT:
+                responsive, detail = None, "lfs check servers timed out"
+                ev.probe_timeouts.append(f"mount:{path}")
+            elif present and fstype == "lustre" and lfs is not None:
                 check = parse_lfs_check_servers(lfs.stdout)
                 if not check.healthy:
                     responsive = False
@@ -206,14 +297,23 @@ class NodeRun:
     error: str = ""  # unreachable, refused host key, timed out: the node's outputs are not usable
 
 
-def run_on_nodes(settings: SshSettings, nodes: list[str], cmds: dict[str, str]) -> list[NodeRun]:
+def run_on_nodes(
+    settings: SshSettings,
+    nodes: list[str],
+    cmds: dict[str, str],
+    per_node: dict[str, dict[str, str]] | None = None,
+) -> list[NodeRun]:
     """Run ``cmds`` (key -> fixed shell command) on every node, in parallel (``settings.parallel``),
-    each node within its own deadline; results in the order of ``nodes``. Shared by every source
-    that reads nodes over SSH (health, dcgm, preflight)."""
+    each node within its own deadline; results in the order of ``nodes``. ``per_node`` replaces
+    some commands for some nodes (the kernel log's cursor). Shared by every source that reads nodes
+    over SSH (health, dcgm, preflight)."""
     results: dict[str, NodeRun] = {}
     workers = max(1, min(settings.parallel, len(nodes)))
+    extra = per_node or {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(_run_on_node, settings, node, cmds): node for node in nodes}
+        futures = {
+            pool.submit(_run_on_node, settings, node, {**cmds, **extra.get(node, {})}): node for node in nodes
+        }
         for fut in concurrent.futures.as_completed(futures):
             node = futures[fut]
             try:
@@ -265,17 +365,131 @@ def _run_on_node(s: SshSettings, node: str, cmds: dict[str, str]) -> NodeRun:
         client.close()
 
 
+@dataclass
+class KernelLogState:
+    """What the source remembers of one node's kernel log between passes."""
+
+    boot_id: str = ""
+    cursor: str = ""  # journal cursor of the last line read; "" = read the whole boot next time
+    xids: list[XidEvent] = field(default_factory=list)
+    sxids: list[SxidEvent] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "boot_id": self.boot_id,
+            "cursor": self.cursor,
+            "xids": [asdict(e) for e in self.xids],
+            "sxids": [asdict(e) for e in self.sxids],
+        }
+
+
+def _events(cls: type[Any], items: Any) -> list[Any]:
+    """Rebuild events from their JSON form; anything malformed raises ValueError."""
+    if not isinstance(items, list):
+        raise ValueError("events must be a list")
+    names = {f.name for f in fields(cls)}
+    out = []
+    for item in items:
+        if not isinstance(item, dict) or not set(item) <= names:
+            raise ValueError(f"bad event {item!r}"[:80])
+        e = cls(**item)
+        code = e.xid if isinstance(e, XidEvent) else e.sxid
+        where = e.gpu if isinstance(e, XidEvent) else e.switch
+        if not (
+            isinstance(code, int)
+            and isinstance(e.count, int)
+            and all(v is None or isinstance(v, int | float) for v in (e.time, e.mono))
+            and isinstance(e.boot_id, str)
+            and isinstance(e.message, str)
+            and (where is None or isinstance(where, int | str))
+        ):
+            raise ValueError(f"bad event {item!r}"[:80])
+        out.append(e)
+    return out
+
+
+def _event_key(e: XidEvent | SxidEvent) -> tuple[Any, ...]:
+    # The kernel's stamp and the device identify a log line whether the journal or dmesg showed it.
+    if isinstance(e, XidEvent):
+        return ("xid", e.xid, e.gpu, e.mono if e.mono is not None else e.message, e.boot_id)
+    return ("sxid", e.sxid, e.switch, e.mono if e.mono is not None else e.message, e.boot_id)
+
+
+_E = TypeVar("_E", XidEvent, SxidEvent)
+
+
+def _merged(kept: list[_E], new: list[_E], horizon: float) -> list[_E]:
+    """``kept`` plus the events of ``new`` it does not hold yet, without those older than horizon."""
+    seen = {_event_key(e) for e in kept}
+    out = kept + [e for e in new if _event_key(e) not in seen]
+    return [e for e in out if e.time is None or e.time >= horizon][-_KEEP_EVENTS:]
+
+
 class SshSource:
     name = "ssh"
 
     def __init__(self, settings: SshSettings | None = None) -> None:
         self.settings = settings or SshSettings()
+        self._kernel: dict[str, KernelLogState] = {}
+        self._lock = threading.Lock()
+
+    def cursors(self) -> dict[str, dict[str, Any]]:
+        """Each node's journal cursor, boot and remembered XIDs/SXids, JSON-serialisable."""
+        with self._lock:
+            return {node: st.to_json() for node, st in self._kernel.items()}
+
+    def load_cursors(self, state: dict[str, Any]) -> list[str]:
+        """Restore what :meth:`cursors` returned. A malformed node entry is left out (that node's
+        next pass reads its whole current boot again, so nothing is lost); returns those nodes."""
+        loaded: dict[str, KernelLogState] = {}
+        rejected: list[str] = []
+        for node, item in (state or {}).items():
+            try:
+                if not isinstance(item, dict):
+                    raise ValueError("not a mapping")
+                cursor, boot = str(item.get("cursor", "")), str(item.get("boot_id", ""))
+                if (cursor and not valid_cursor(cursor)) or (boot and not _BOOT_ID_RE.match(boot)):
+                    raise ValueError("bad cursor or boot id")
+                xids = _events(XidEvent, item.get("xids", []))
+                sxids = _events(SxidEvent, item.get("sxids", []))
+                loaded[str(node)] = KernelLogState(boot, cursor, xids, sxids)
+            except (TypeError, ValueError):
+                rejected.append(str(node))
+        with self._lock:
+            self._kernel.update(loaded)
+        return rejected
 
     def collect(self, nodes: list[str], now: float) -> list[Evidence]:
         settings = self.settings
-        return self._collect_with(
-            nodes, now, commands(settings), lambda node, out, t: evidence_from_outputs(node, out, t, settings)
-        )
+        with self._lock:
+            per_node = {
+                n: {"kernel_log": kernel_log_command(st.cursor, st.boot_id, settings.journal_timeout)}
+                for n, st in self._kernel.items()
+                if n in nodes and st.cursor
+            }
+
+        def build(node: str, out: dict[str, CommandResult], t: float) -> Evidence:
+            return self._remember(evidence_from_outputs(node, out, t, settings), t)
+
+        return self._collect_with(nodes, now, commands(settings), build, per_node)
+
+    def _remember(self, ev: Evidence, now: float) -> Evidence:
+        """Merge this pass's new kernel lines into the node's memory and report all it holds."""
+        if ev.xids is None or ev.sxids is None:
+            return ev  # the kernel log could not be read: unknown, and the memory stays as it is
+        with self._lock:
+            st = self._kernel.get(ev.node)
+            if st is None or (ev.boot_id and st.boot_id and ev.boot_id != st.boot_id):
+                st = KernelLogState(boot_id=ev.boot_id)  # a new boot: earlier events are history
+            st.boot_id = ev.boot_id or st.boot_id
+            info = ev.raw.get("kernel_log", {})
+            st.cursor = info.get("cursor", "") if info.get("via") == "journal" else ""
+            horizon = now - self.settings.kernel_log_retention
+            st.xids = _merged(st.xids, ev.xids, horizon)
+            st.sxids = _merged(st.sxids, ev.sxids, horizon)
+            self._kernel[ev.node] = st
+            ev.xids, ev.sxids = list(st.xids), list(st.sxids)
+        return ev
 
     def _collect_with(
         self,
@@ -283,9 +497,10 @@ class SshSource:
         now: float,
         cmds: dict[str, str],
         build: Callable[[str, dict[str, CommandResult], float], Evidence],
+        per_node: dict[str, dict[str, str]] | None = None,
     ) -> list[Evidence]:
         evidence = []
-        for run in run_on_nodes(self.settings, nodes, cmds):
+        for run in run_on_nodes(self.settings, nodes, cmds, per_node):
             if run.error:
                 evidence.append(Evidence(run.node, "ssh", now, reachable=False, error=run.error))
                 continue

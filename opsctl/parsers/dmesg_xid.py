@@ -6,6 +6,7 @@ Line shapes seen from real nodes::
     [2397166.983093] NVRM: Xid (PCI:0000:0f:00): 94, pid=2503421, name=python3, Ch 00000008
     [Sun Feb 23 16:24:18 2025] NVRM: Xid (PCI:0000:9b:00): 119, pid=..., name=..., Timeout ...
     [186965.348898] nvidia-nvswitch2: SXid (PCI:0000:85:00.0): 12028, Non-fatal, Link 61 ...
+    [ 6612.123456] gpu-001 kernel: NVRM: Xid (PCI:0000:18:00): 79, ...   (journalctl -o short-monotonic)
 
 The leading stamp is seconds since boot (plain ``dmesg``) or a local wall-clock time
 (``dmesg -T``); both are kept as found, and neither is converted with a time zone guess.
@@ -37,6 +38,7 @@ class XidRecord:
     pid: str = ""
     process: str = ""
     message: str = ""
+    fatal: bool | None = None  # SXid lines say "Fatal" or "Non-fatal" after the code
 
 
 @dataclass
@@ -75,5 +77,8 @@ def parse_dmesg_xids(text: str) -> XidLog:
         rec.pid = pm.group(1).strip("'") if pm else ""
         rec.process = nm.group(1) if nm else ""
         rec.message = rest
+        severity = rest.split(",", 1)[0].strip().lower()
+        if rec.kind == "SXid" and severity in ("fatal", "non-fatal", "nonfatal"):
+            rec.fatal = severity == "fatal"
         (log.sxids if rec.kind == "SXid" else log.xids).append(rec)
     return log

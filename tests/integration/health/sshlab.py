@@ -1,10 +1,18 @@
 """Test-only: real sshd instances on loopback ports, one per simulated node, each with its own
 PATH of small scripts that print genuine tool output (the simulated-hardware boundary) and its own
-InfiniBand sysfs tree. Host and client keys are generated per test session."""
+InfiniBand sysfs tree. Host and client keys are generated per test session.
+
+The kernel log: by default a node's ``journalctl`` answers as systemd 252's does on a machine
+without journal files (``-- No entries --`` on stdout, ``No journal files were found.`` on stderr,
+exit 1, as the development VM shows), so the source falls back to the node's ``dmesg``.
+``set_journal`` gives a node a journal instead: a small stand-in for ``journalctl -k -b --no-pager
+-o short-monotonic --show-cursor [--after-cursor=C]`` that prints entries and cursors in the shape
+systemd 252 prints them (tests/fixtures/real-world/journalctl-*.systemd252.txt) and logs its argv."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -28,6 +36,48 @@ def _free_port() -> int:
 def _script(path: Path, body: str) -> None:
     path.write_text("#!/bin/sh\n" + body)
     path.chmod(0o755)
+
+
+# The journal stand-in. Entries live in a JSON file the test appends to; cursor fields as systemd
+# writes them: s= seqnum id, i= seqnum (hex), b= boot id, m= monotonic usec, t= realtime usec, x= hash.
+_JOURNALCTL = """#!/usr/bin/python3
+import json, sys, zlib
+STATE, CALLS = {state!r}, {calls!r}
+args = sys.argv[1:]
+with open(CALLS, "a") as fh:
+    fh.write(json.dumps(args) + "\\n")
+after = [a.split("=", 1)[1] for a in args if a.startswith("--after-cursor=")]
+known = {{"-k", "-b", "--no-pager", "-o", "short-monotonic", "--show-cursor"}}
+if not {{a for a in args if not a.startswith("--after-cursor=")}} <= known:
+    sys.exit("journalctl stand-in: only -k -b --no-pager -o short-monotonic --show-cursor --after-cursor")
+st = json.load(open(STATE))
+entries = st["entries"]
+
+def cursor(n):
+    e = entries[n - 1]
+    x = zlib.crc32(e["msg"].encode())
+    return "s=%s;i=%x;b=%s;m=%x;t=%x;x=%016x" % (
+        st["seqnum_id"], n, st["boot"], int(e["mono"] * 1e6), int(e["realtime"] * 1e6), x)
+
+start = 0
+if after:
+    fields = dict(p.split("=", 1) for p in after[0].split(";") if "=" in p)
+    try:
+        start = int(fields["i"], 16)
+    except (KeyError, ValueError):
+        sys.exit("Failed to seek to cursor: Invalid argument")
+    if start > len(entries):
+        print("-- No entries --")
+        sys.exit(1)
+for e in entries[start:]:
+    print("[%12.6f] %s kernel: %s" % (e["mono"], st["host"], e["msg"]))
+if not entries[start:]:
+    print("-- No entries --")
+if entries and (after or entries[start:]):
+    print("-- cursor: " + cursor(len(entries)))
+    sys.exit(0)
+sys.exit(1)
+"""
 
 
 @dataclass
@@ -56,6 +106,45 @@ class FakeNode:
             "  *) exit 2 ;;\nesac\n",
         )
 
+    def set_journal(self, entries: list[tuple[float, str]] | None) -> None:
+        """Give the node a journal holding ``(kernel stamp, message)`` entries of the current boot,
+        or (None) no journal at all, as systemd 252's journalctl answers then."""
+        if entries is None:
+            _script(
+                self.bin / "journalctl",
+                'echo "No journal files were found." >&2\necho "-- No entries --"\nexit 1\n',
+            )
+            return
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")
+        state = {"host": self.name, "boot": boot, "seqnum_id": "6c94beb3369b4e30aeb6f4cea512c4dd"}
+        state["entries"] = []
+        self.journal_state.write_text(json.dumps(state))
+        script = self.bin / "journalctl"
+        script.write_text(_JOURNALCTL.format(state=str(self.journal_state), calls=str(self.journal_calls)))
+        script.chmod(0o755)
+        for mono, msg in entries:
+            self.journal_append(mono, msg)
+
+    def journal_append(self, mono: float, msg: str) -> None:
+        """The kernel logs a line (the stand-in's realtime stamp is derived from the boot time)."""
+        state = json.loads(self.journal_state.read_text())
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        state["entries"].append({"mono": mono, "realtime": time.time() - uptime + mono, "msg": msg})
+        self.journal_state.write_text(json.dumps(state))
+
+    @property
+    def journal_state(self) -> Path:
+        return self.dir / "journal.json"
+
+    @property
+    def journal_calls(self) -> Path:
+        return self.dir / "journalctl.calls"
+
+    def journal_invocations(self) -> list[list[str]]:
+        if not self.journal_calls.exists():
+            return []
+        return [json.loads(line) for line in self.journal_calls.read_text().splitlines()]
+
     def set_dmesg(self, fixture: str | None) -> None:
         _script(self.bin / "dmesg", f"cat {REAL_WORLD / fixture}\n" if fixture else "exit 0\n")
 
@@ -65,6 +154,16 @@ class FakeNode:
     def hang(self, tool: str) -> None:
         """Make `tool` hang (a stuck driver call); its pid is recorded so the lab can end it."""
         _script(self.bin / tool, f"echo $$ >> {self.dir / 'hung.pids'}\nexec /bin/sleep 300\n")
+
+    def hang_mount(self, path: str) -> None:
+        """Make ``stat -f PATH`` hang, as it does on a hung NFS/Lustre mount; any other stat runs."""
+        _script(
+            self.bin / "stat",
+            'for a; do last=$a; done\n'
+            f'if [ "$1" = -f ] && [ "$last" = {path} ]; then\n'
+            f"  echo $$ >> {self.dir / 'hung.pids'}\n  exec /bin/sleep 300\nfi\n"
+            'exec /usr/bin/stat "$@"\n',
+        )
 
     def bump_counter_while_sampling(self, rel: str, by: int) -> None:
         """Make the sysfs counter `rel` grow by `by` while the source waits between its two reads
@@ -105,6 +204,7 @@ class SshLab:
             f.write_text(value + "\n")
         node.set_nvidia_smi("nvidia-smi-q.h100x8.535.183.01.gpud.txt")
         node.set_dmesg(None)
+        node.set_journal(None)
         node.set_slurmd(True)
         auth = d / "authorized_keys"
         shutil.copy(f"{self.client_key}.pub", auth)

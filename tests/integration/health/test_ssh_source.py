@@ -3,11 +3,13 @@ genuine outputs, and its sysfs tree holds genuine values."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
-from sshlab import SshLab
+from sshlab import REAL_WORLD, SshLab
 
 from opsctl.checks import Status, judge, load_thresholds
 from opsctl.evidence.ssh import SshSettings, SshSource
@@ -32,7 +34,9 @@ def lab(tmp_path_factory):
         counting.bump_counter_while_sampling("mlx5_0/ports/1/counters/link_downed", 3)
         down = lab.add_node("gpu-007")
         down.set_slurmd(False)
-        for name in ("gpu-001", "gpu-002", "gpu-003", "gpu-005", "gpu-006", "gpu-007"):
+        lab.add_node("gpu-008").set_journal([])  # a node whose kernel log is in the journal
+        lab.add_node("gpu-009")  # hangs a probe inside its test
+        for name in ("gpu-001", "gpu-002", "gpu-003", "gpu-005", "gpu-006", "gpu-007", "gpu-008", "gpu-009"):
             lab.start(lab.nodes[name])
         yield lab
     finally:
@@ -71,8 +75,13 @@ def test_collect_and_judge_every_kind_of_node(lab):
     assert ev1.gpu_count == 8 and ev1.boot_id and ev1.ib_ports[0].rate_gbps == 400.0
     assert ev1.ib_ports[0].counter_deltas == {k: 0 for k in ev1.ib_ports[0].counter_deltas}
     assert all(g.nvlink_links_down == 0 for g in ev1.gpus)
-    # genuine kernel lines: XID 64 (row remapper error: reset_gpu) fails, XID 94 warns
+    # genuine kernel lines: XID 64 (row remapper error: reset_gpu) fails, XID 94 warns, the NVSwitch's
+    # SXid 12028 ("Non-fatal") warns; read from dmesg, since the node has no journal, and said so
     assert ("gpu-xid", "FAIL") in problems("gpu-002") and ("gpu-xid", "WARN") in problems("gpu-002")
+    assert ("nvswitch-sxid", "WARN") in problems("gpu-002")
+    ev2 = next(e for e in evidence if e.node == "gpu-002")
+    assert ev2.raw["kernel_log"] == {"via": "dmesg", "journal_error": "journalctl rc=1: -- No entries --"}
+    assert ev2.xid_mode == "kernel-log" and ev2.boot_time is not None
     # nvidia-smi finds no GPU
     assert ("gpu-count", "FAIL") in problems("gpu-003")
     # unreachable and wrong host key: UNKNOWN, with the reason
@@ -109,3 +118,63 @@ def test_per_node_timeout_makes_only_that_node_unknown(lab):
         assert not evidence["gpu-007"].reachable and "timed out" in evidence["gpu-007"].error
     finally:
         slow.set_dmesg(None)
+
+
+def _genuine(kind: str) -> str:
+    """The message of the genuine imbue kernel line with this XID ("64", "94") or SXid."""
+    for line in (REAL_WORLD / "dmesg.xid_sxid_pcie_lines.imbue.txt").read_text().splitlines():
+        if f"): {kind}," in line:
+            return line.split("] ", 1)[1]
+    raise AssertionError(kind)
+
+
+def test_journal_cursor_second_pass_reads_only_new_lines_and_keeps_the_first_xid(lab):
+    node = lab.nodes["gpu-008"]
+    node.journal_calls.unlink(missing_ok=True)
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    node.set_journal([(uptime - 300, "Linux version 6.1.0 (debian-kernel@lists.debian.org)"),
+                      (uptime - 120, _genuine("64"))])
+    th = load_thresholds()
+    src = SshSource(settings(lab))
+
+    (ev,) = src.collect(["gpu-008"], time.time())
+    assert ev.raw["kernel_log"]["via"] == "journal" and ev.raw["kernel_log"]["lines"] == 2
+    assert [x.xid for x in ev.xids] == [64] and ev.xid_mode == "kernel-log"
+    (v,) = [v for v in judge([ev], th, time.time())[0].problems if v.code == "gpu-xid"]
+    assert (v.status, v.evidence["action"]) == (Status.FAIL, "reset_gpu")
+
+    node.journal_append(uptime - 10, _genuine("94"))
+    (ev,) = src.collect(["gpu-008"], time.time())
+    calls = node.journal_invocations()
+    assert not any(a.startswith("--after-cursor=") for a in calls[0])  # first pass: the whole boot
+    assert calls[1][-1].startswith("--after-cursor=") and ";i=2;" in calls[1][-1]
+    assert ev.raw["kernel_log"]["lines"] == 1  # only the new line came over the wire ...
+    # ... and the XID of the first pass, still inside the window, is still judged
+    verdicts = {v.evidence["xid"]: v for v in judge([ev], th, time.time())[0].problems if v.code == "gpu-xid"}
+    assert (verdicts[64].status, verdicts[94].status) == (Status.FAIL, Status.WARN)
+
+    # a restarted service restores the state it persisted: no line is read twice, none is lost
+    state = json.loads(json.dumps(src.cursors()))
+    again = SshSource(settings(lab))
+    assert again.load_cursors(state) == []
+    (ev,) = again.collect(["gpu-008"], time.time())
+    assert ev.raw["kernel_log"]["lines"] == 0 and sorted(x.xid for x in ev.xids) == [64, 94]
+
+
+def test_hung_nvidia_smi_and_hung_mount_show_in_probe_timeouts(lab):
+    node = lab.nodes["gpu-009"]
+    node.hang("nvidia-smi")
+    node.hang_mount("/")
+    try:
+        s = settings(lab, required_mounts=[{"path": "/"}], nvidia_smi_timeout=1, mount_timeout=1)
+        (ev,) = SshSource(s).collect(["gpu-009"], time.time())
+        assert ev.reachable and ev.probe_timeouts == ["nvidia-smi", "mount:/"]
+        assert ev.gpu_count is None and ev.mounts[0].responsive is None
+        th = load_thresholds({"mounts": {"required": s.required_mounts}})
+        (report,) = judge([ev], th, time.time())
+        status = {v.code: v.status for v in report.verdicts}
+        assert status["mount"] is Status.UNKNOWN and status["gpu-count"] is Status.UNKNOWN
+        assert report.probe_timeouts == ["nvidia-smi", "mount:/"]
+    finally:
+        node.set_nvidia_smi("nvidia-smi-q.h100x8.535.183.01.gpud.txt")
+        (node.bin / "stat").unlink()

@@ -38,6 +38,11 @@ def healthy(node: str = "gpu-001", **kw: object) -> Evidence:
             pcie_width=16,
             thermal_throttle=False,
             power_throttle=False,
+            uuid=f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd",
+            recovery_action="none",
+            reset_required=False,
+            fabric_state="Completed",
+            fabric_status="Success",
         )
         for i in range(8)
     ]
@@ -52,6 +57,7 @@ def healthy(node: str = "gpu-001", **kw: object) -> Evidence:
         gpu_count=8,
         gpus=gpus,
         xids=[],
+        sxids=[],
         ib_ports=ports,
         mounts=[],
         slurmd_alive=True,
@@ -112,13 +118,14 @@ def test_xid_classes_app_errors_warn_benign_ignored_and_site_override():
     ev = healthy(xids=[XidEvent(13, gpu=0, time=NOW), XidEvent(45, gpu=0, time=NOW)])
     vs = [v for v in judge_node(ev, th, NOW).verdicts if v.code == "gpu-xid"]
     assert [(v.evidence["xid"], v.status) for v in vs] == [(13, Status.WARN)]
-    # an unknown XID is surfaced, never silently ignored
+    # an XID missing from NVIDIA's catalogue is fatal: FAIL, and only a reboot clears it
     vs = [
         v
         for v in judge_node(healthy(xids=[XidEvent(999, time=NOW)]), th, NOW).verdicts
         if v.code == "gpu-xid"
     ]
-    assert vs[0].status is Status.WARN
+    assert (vs[0].status, vs[0].evidence["action"]) == (Status.FAIL, "reboot")
+    assert vs[0].evidence["name"] == "not in NVIDIA's catalogue"
     site = load_thresholds({"xid": {"classes": {"13": "replace"}}})
     vs = [v for v in judge_node(ev, site, NOW).verdicts if v.code == "gpu-xid"]
     assert vs[0].status is Status.FAIL and vs[0].evidence["action"] == "replace"

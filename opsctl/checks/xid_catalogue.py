@@ -1,0 +1,91 @@
+"""NVIDIA's XID catalogue as shipped data (``xid_catalogue.toml``): per XID its mnemonic, NVIDIA's
+immediate-action bucket as published, and the opsctl action class that bucket maps to.
+
+The file is checked when loaded: every class must be a known class, and a row with a published
+bucket must carry exactly the class the bucket table maps it to, so a hand edit cannot make one row
+disagree with the documented mapping.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from opsctl.errors import ConfigError
+
+XID_CLASSES = ("ignore", "restart_app", "reset_gpu", "reboot", "replace")
+# Classes whose FAIL takes the node out of service (drain); restart_app and ignore do not.
+DRAIN_CLASSES = frozenset({"reset_gpu", "reboot", "replace"})
+
+# XID 154 names the recovery action the driver now wants: "GPU recovery action changed from 0x0
+# (None) to 0x2 (Node Reboot Required)". The catalogue lists the five labels it uses.
+_XID154_TO = re.compile(r"to\s+0x[0-9a-fA-F]+\s*\(([^)]+)\)")
+XID154_LABELS = {
+    "none": "ignore",
+    "drain p2p": "restart_app",
+    "drain and reset": "reset_gpu",
+    "gpu reset required": "reset_gpu",
+    "node reboot required": "reboot",
+}
+
+
+@dataclass(frozen=True)
+class XidEntry:
+    xid: int
+    name: str  # NVIDIA's mnemonic, e.g. ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS
+    nvidia_action: str  # the "Immediate Action" bucket as published ("" where none is)
+    cls: str  # opsctl action class
+    note: str  # NVIDIA's description, plus opsctl's reason where no bucket is published
+
+
+@dataclass(frozen=True)
+class XidCatalogue:
+    source: dict[str, str]  # title, url, edition, retrieved
+    buckets: dict[str, str]  # NVIDIA bucket -> opsctl class
+    entries: dict[int, XidEntry]
+
+    def get(self, xid: int) -> XidEntry | None:
+        return self.entries.get(xid)
+
+
+def parse_catalogue(data: dict[str, Any]) -> XidCatalogue:
+    """Build and check a catalogue from the TOML document; any inconsistency is a ConfigError."""
+    buckets = {str(k): str(v) for k, v in data.get("buckets", {}).items()}
+    for bucket, cls in buckets.items():
+        if cls not in XID_CLASSES:
+            raise ConfigError(f"xid catalogue: bucket {bucket} maps to unknown class {cls!r}")
+    entries: dict[int, XidEntry] = {}
+    for key, row in data.get("xids", {}).items():
+        if not str(key).isdigit() or not isinstance(row, dict):
+            raise ConfigError(f"xid catalogue: bad row {key!r}")
+        nvidia, cls = str(row.get("nvidia", "")), str(row.get("class", ""))
+        if cls not in XID_CLASSES:
+            raise ConfigError(f"xid catalogue: XID {key} has unknown class {cls!r}")
+        if nvidia and buckets.get(nvidia) != cls:
+            raise ConfigError(
+                f"xid catalogue: XID {key} is {nvidia} but class {cls!r}; "
+                f"the bucket table says {buckets.get(nvidia)!r}"
+            )
+        if not nvidia and not row.get("note"):
+            raise ConfigError(f"xid catalogue: XID {key} has no published bucket and no reason")
+        name, note = str(row.get("name", "")), str(row.get("note", ""))
+        entries[int(key)] = XidEntry(int(key), name, nvidia, cls, note)
+    return XidCatalogue({k: str(v) for k, v in data.get("catalogue", {}).items()}, buckets, entries)
+
+
+@cache
+def catalogue() -> XidCatalogue:
+    text = resources.files("opsctl.checks").joinpath("xid_catalogue.toml").read_text(encoding="utf-8")
+    return parse_catalogue(tomllib.loads(text))
+
+
+def xid154_class(message: str) -> str | None:
+    """The class XID 154's message asks for ("... to 0x2 (Node Reboot Required)"), if it names one."""
+    m = _XID154_TO.search(message or "")
+    if not m:
+        return None
+    return XID154_LABELS.get(m.group(1).strip().lower())
