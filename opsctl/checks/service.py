@@ -158,11 +158,21 @@ def load_context(config_path: str | None) -> HealthContext:
 # -- sources --------------------------------------------------------------------------------
 def make_source(ctx: HealthContext, name: str) -> Source:
     h = ctx.health
+    if "+" in name:  # a composite: each fact from the first source that has it
+        from opsctl.evidence.composite import CompositeSource
+
+        parts = name.split("+")
+        if len(set(parts)) != len(parts) or "" in parts:
+            raise UsageError(f"bad composite source {name!r}; name each source once, e.g. prometheus+ssh")
+        return CompositeSource([make_source(ctx, part) for part in parts])
     if name == "prometheus":
         from opsctl.evidence.prometheus import PrometheusSource
 
         return PrometheusSource(
-            ctx.prometheus_url, stale_after=h.stale_after, window_seconds=h.window_seconds
+            ctx.prometheus_url,
+            stale_after=h.stale_after,
+            window_seconds=h.window_seconds,
+            xid_window_seconds=int(h.load_thresholds().get("xid", "window_seconds")),
         )
     if name == "ssh":
         from opsctl.evidence.ssh import SshSource
@@ -172,7 +182,7 @@ def make_source(ctx: HealthContext, name: str) -> Source:
         from opsctl.evidence.dcgm import DcgmSource
 
         return DcgmSource(_health_ssh_settings(h), diag_level=h.dcgm_diag_level)
-    raise UsageError(f"unknown source {name!r}; use prometheus, ssh or dcgm")
+    raise UsageError(f"unknown source {name!r}; use prometheus, ssh, dcgm or prometheus+ssh")
 
 
 def ssh_settings(

@@ -7,16 +7,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opsctl.address import check_absolute, check_addresses
+from opsctl.checks.catalogue import CATALOGUE
 from opsctl.checks.thresholds import Thresholds, load_thresholds
 from opsctl.errors import ConfigError
 from opsctl.policy import PolicyConfig
 
-SOURCES = ("prometheus", "ssh", "dcgm")
+SOURCES = ("prometheus", "ssh", "dcgm", "prometheus+ssh")
+# Checks remediation needs evidence for (see opsctl.checks.coverage): without them it refuses to act.
+REQUIRED_CHECKS = ("gpu-count", "gpu-xid", "gpu-ecc-dbe", "gpu-row-remap")
+CHECK_CODES = frozenset(c.code for c in CATALOGUE)
 
 
 @dataclass
 class HealthSection:
-    source: str = "prometheus"  # prometheus | ssh | dcgm
+    source: str = "prometheus"  # prometheus | ssh | dcgm | prometheus+ssh
+    required_checks: list[str] = field(default_factory=lambda: list(REQUIRED_CHECKS))
     thresholds: str | None = field(default=None, metadata={"path": True})  # site overrides (TOML)
     expected_gpus: int | None = None  # shortcut for thresholds gpu.expected_per_node
     nodes: str | None = None  # default node set when Slurm cannot list nodes
@@ -46,6 +51,10 @@ class HealthSection:
     def validate(self) -> None:
         if self.source not in SOURCES:
             raise ValueError(f"source: must be one of {', '.join(SOURCES)} (got {self.source!r})")
+        unknown = sorted(set(self.required_checks) - CHECK_CODES)
+        if unknown:
+            known = ", ".join(sorted(CHECK_CODES))
+            raise ValueError(f"required_checks: unknown check {', '.join(unknown)} (known: {known})")
         if self.stale_after <= 0 or self.window_seconds <= 0:
             raise ValueError("stale_after and window_seconds: must be > 0")
         if self.ssh_parallel < 1 or self.ssh_timeout <= 0:

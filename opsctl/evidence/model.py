@@ -101,6 +101,7 @@ class Evidence:
     reachable: bool = True
     error: str = ""  # why the node could not be read (unreachable, stale series, ...)
     boot_id: str = ""  # current kernel boot, when known: XIDs of earlier boots are history
+    boot_time: float | None = None  # unix seconds the current boot started, when known
     gpu_count: int | None = None
     gpus: list[GpuEvidence] = field(default_factory=list)
     xids: list[XidEvent] | None = None
