@@ -284,6 +284,7 @@ def build_evidence(
         if boot:
             ev.boot_time = max(_value(b) for b in boot)
             ev.boot_id = f"boot-{int(ev.boot_time)}"  # btime is whole seconds: stable per boot
+            _stamp_boot(ev, ev.boot_time)
         out.append(ev)
     return out
 
@@ -401,6 +402,14 @@ def _counted_xids(
             )
         )
     return sorted(out, key=lambda e: (e.gpu if e.gpu is not None else -1, e.xid))
+
+
+def _stamp_boot(ev: Evidence, boot_time: float) -> None:
+    """Counted XIDs last seen before this boot belong to an earlier one (which, Prometheus does not
+    say): the XID check leaves them to history, like the kernel log's of earlier boots."""
+    for e in ev.xids or []:
+        if e.time is not None:
+            e.boot_id = ev.boot_id if e.time >= boot_time else f"before-{ev.boot_id}"
 
 
 def _last_xids(g: dict[str, list[Series]]) -> list[XidEvent]:

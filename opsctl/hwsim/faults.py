@@ -9,6 +9,7 @@ node would be: a new boot, counters and the kernel log start again).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -238,6 +239,13 @@ def _slurmd_stopped(state: NodeHardware, spec: FaultSpec) -> None:
     state.slurmd_up = False
 
 
+def boot_time(now: float) -> float:
+    """The kernel's btime for a boot that happens ``now``: whole seconds, and after every moment the
+    node served before it (a real reboot takes minutes; the simulated one is instant, so the second
+    is rounded up rather than down)."""
+    return float(math.ceil(now))
+
+
 def _idle(gpu: Gpu, healthy: Gpu, now: float) -> None:
     """What a GPU reset does to one GPU: the job on it is gone, volatile error state clears, a
     pending row remap takes effect; the aggregate counters and remapped rows stay."""
@@ -287,7 +295,7 @@ def _reboot(state: NodeHardware, spec: FaultSpec) -> None:
     is dead)."""
     now = time.time()
     healthy = make_node(state.node)
-    state.boot_time = now
+    state.boot_time = boot_time(now)
     state.xids = []
     for gpu in state.gpus:
         _idle(gpu, healthy.gpu(gpu.index), now)
@@ -346,6 +354,6 @@ def heal(state: NodeHardware, *, now: float | None = None) -> NodeHardware:
     has been rebooted: its boot time is now."""
     now = time.time() if now is None else now
     fresh = make_node(state.node, now=now)
-    fresh.boot_time = now
+    fresh.boot_time = boot_time(now)
     state.__dict__.update(fresh.__dict__)
     return state

@@ -186,6 +186,19 @@ def test_xids_come_from_the_policy_window_with_their_last_counted_time() -> None
     assert verdicts(res)["gpu-002"] == ("WARN", ["gpu-xid:WARN"])  # an application XID, 4 in a window
 
 
+def test_counted_xids_from_before_the_boot_are_history() -> None:
+    states = fleet()
+    states[0].boot_time = boot = NOW - 600  # rebooted 10 minutes ago: both XIDs are in the window
+    window = {("gpu-001", 3, 79): (1, boot - 5), ("gpu-001", 1, 48): (1, boot + 60)}
+    res = results(states, xid_window=window)
+    ev = evidence(res)["gpu-001"]
+    assert [(e.xid, e.boot_id) for e in ev.xids] == [(48, ev.boot_id), (79, f"before-{ev.boot_id}")]
+    # the 79 was last counted before this boot began: only the 48 of this boot is current
+    assert verdicts(res)["gpu-001"] == ("FAIL", ["gpu-xid:FAIL"])
+    (v,) = [v for r in judge([ev], load_thresholds(), NOW) for v in r.problems]
+    assert v.evidence["xid"] == 48
+
+
 def test_without_the_count_field_xids_are_last_value_only() -> None:
     drop = {n: {XID_COUNT} for n in NODES}
     res = results(fleet(gpu_001="xid=79,gpu=3;xid=45,gpu=3"), drop=drop)
