@@ -5,8 +5,8 @@ A handful of queries cover the whole cluster, whatever its size (they run concur
 1. ``timestamp(DCGM_FI_DEV_GPU_TEMP)``: which GPUs of which node report, and how fresh.
 2. ``count by (__name__, node)``: which families each node reports at all.
 3. one regex selector over the gauges the checks read (ECC, retired pages, row remap, PCIe,
-   throttle reasons, last XID, recovery action, InfiniBand port state and rate, boot time), the
-   ones whose healthy value is 0 only where they are not.
+   last XID, recovery action, InfiniBand port state and rate, boot time), the ones whose healthy
+   value is 0 only where they are not; the clock event reasons only where a hardware bit is set.
 4. one ``increase(...)`` per counter, joined with ``or`` and labelled with the counter's name.
 5. the XID count (``DCGM_EXP_XID_ERRORS_COUNT``, a count within dcgm-exporter's own window, 5 min
    by default) over the XID policy window: its maximum, and the last time each (GPU, XID) was > 0.
@@ -158,13 +158,14 @@ class PrometheusSource:
         return query
 
     def queries(self) -> dict[str, str]:
-        """Seven instant queries for the whole cluster. A healthy cluster answers with little: the
+        """Eight instant queries for the whole cluster. A healthy cluster answers with little: the
         fault gauges come back only where they are non-zero, counters and XIDs only where they grew;
         which families each node reports at all comes from one ``count by (__name__)``."""
         w = f"{self.window_seconds}s"
         xw, step = f"{self.xid_window_seconds}s", f"{self.xid_step_seconds}s"
-        nonzero = "|".join(NONZERO_GAUGES)
+        nonzero = "|".join(g for g in NONZERO_GAUGES if g not in REASON_GAUGES)
         every = "|".join((*NONZERO_GAUGES, *COUNTERS, XID_COUNT))  # the rest's presence shows in "values"
+        counted = f'{XID_COUNT}{{xid!=""}}'
         counters = " or ".join(
             f'label_replace(max by ({_KEEP}) (increase({name}[{w}]) > 0), "counter", "{name}", "", "")'
             for name in COUNTERS
@@ -172,18 +173,22 @@ class PrometheusSource:
         return {
             "fresh": f"max by ({_GPU_IDENTITY}) (timestamp({FRESHNESS_METRIC}))",
             "present": f'count by (__name__, {_NODE}) ({{__name__=~"{every}"}})',
-            "nonzero": f'max by (__name__, {_KEEP}) ({{__name__=~"{nonzero}"}} != 0)'
+            "nonzero": f'max by (__name__, {_KEEP}) ({{__name__=~"{nonzero}"}} != 0)',
             # clock event reasons below 0x40 (idle, application clocks, software caps) carry neither
-            # hardware slowdown bit: they read as 0 here
-            f' unless {{__name__=~"{"|".join(REASON_GAUGES)}"}} < {HW_THERMAL_SLOWDOWN}',
+            # hardware slowdown bit: they read as 0. (Their own query: "or" and "unless" match
+            # series on their labels without the metric name, so another family's series of the
+            # same GPU would be dropped with them.)
+            "reasons": f'max by (__name__, {_KEEP}) ({{__name__=~"{"|".join(REASON_GAUGES)}"}}'
+            f" >= {HW_THERMAL_SLOWDOWN})",
             "values": f'max by (__name__, {_KEEP}) ({{__name__=~"{"|".join(VALUE_GAUGES)}"}})',
             "counters": counters,
-            # the zero series (no XID in the exporter's window) carries no xid label: > 0 drops it
-            "xid_counts": f"max by ({_KEEP}, xid) (max_over_time({XID_COUNT}[{xw}]) > 0)",
+            # only series with an xid label: the zero series of a GPU without XIDs has none, so a
+            # healthy fleet costs nothing here however long the window
+            "xid_counts": f"max by ({_KEEP}, xid) (max_over_time({counted}[{xw}]) > 0)",
             # timestamp() of a selector is the sample's own time, so this is the last scrape that
             # still counted the XID (at most the exporter's window after the event itself)
             "xid_last": f"max by ({_KEEP}, xid) (max_over_time("
-            f"(timestamp({XID_COUNT}) and {XID_COUNT} > 0)[{xw}:{step}]))",
+            f"(timestamp({counted}) and {counted} > 0)[{xw}:{step}]))",
         }
 
     def collect(self, nodes: list[str], now: float) -> list[Evidence]:
@@ -223,7 +228,7 @@ def build_evidence(
             present[node].add(s["metric"].get("__name__", ""))
     families: set[str] = set().union(*present.values()) if present else set()
     gauges: dict[str, dict[str, list[Series]]] = defaultdict(lambda: defaultdict(list))
-    for key in ("nonzero", "values"):
+    for key in ("nonzero", "reasons", "values"):
         for s in results.get(key, []):
             node, name = node_of(s["metric"]), s["metric"].get("__name__", "")
             if node is not None:

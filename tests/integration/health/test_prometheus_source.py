@@ -148,12 +148,15 @@ def test_a_reboot_is_a_new_boot_id_and_clears_the_recovery_action(healed: SimClu
 def test_a_gpu_reset_clears_its_recovery_action_and_pending_remap_within_the_boot(healed: SimCluster) -> None:
     sim = healed
     monitoring.inject(sim, "gpu-001", "ecc_dbe,gpu=1")
+    monitoring.inject(sim, "gpu-001", "thermal,gpu=6")
     faulty = wait_until(lambda: (ev := evidence(sim, "gpu-001")).gpus[1].recovery_action == "reset" and ev)
     assert faulty.gpus[1].remap_pending is True and faulty.gpus[1].ecc_dbe_volatile == 1
+    assert [g.index for g in faulty.gpus if g.thermal_throttle] == [6]
     monitoring.inject(sim, "gpu-001", "gpu_reset,gpu=1")
     reset = wait_until(lambda: (ev := evidence(sim, "gpu-001")).gpus[1].recovery_action == "none" and ev)
     g = reset.gpus[1]
     assert (g.remap_pending, g.ecc_dbe_volatile, reset.boot_id) == (False, 0, faulty.boot_id)
+    assert reset.gpus[6].thermal_throttle is True  # another GPU's fault is not touched by the reset
 
 
 def test_coverage_through_the_real_binary(healed: SimCluster, run_opsctl: Any) -> None:

@@ -74,6 +74,7 @@ def results(
         return [{"metric": dict(k), "value": [NOW, str(v)]} for k, v in merged.items()]
 
     every = {*NONZERO_GAUGES, *COUNTERS, XID_COUNT}
+    nonzero = set(NONZERO_GAUGES) - set(REASON_GAUGES)
     present: dict[tuple[tuple[str, str], ...], int] = {}
     for labels in samples:
         if labels["__name__"] in every:
@@ -84,14 +85,8 @@ def results(
             "fresh", lambda lb, v: lb["__name__"] == "DCGM_FI_DEV_GPU_TEMP", lambda lb, v: NOW - 2
         ),
         "present": [{"metric": dict(k), "value": [NOW, str(n)]} for k, n in present.items()],
-        "nonzero": answer(
-            "nonzero",
-            lambda lb, v: (
-                lb["__name__"] in NONZERO_GAUGES
-                and v != 0
-                and not (lb["__name__"] in REASON_GAUGES and v < 0x40)
-            ),
-        ),
+        "nonzero": answer("nonzero", lambda lb, v: lb["__name__"] in nonzero and v != 0),
+        "reasons": answer("reasons", lambda lb, v: lb["__name__"] in REASON_GAUGES and v >= 0x40),
         "values": answer("values", lambda lb, v: lb["__name__"] in VALUE_GAUGES),
         "counters": counters or [],
         "xid_counts": [],
@@ -199,6 +194,14 @@ def test_counted_xids_from_before_the_boot_are_history() -> None:
     assert v.evidence["xid"] == 48
 
 
+def test_hardware_slowdown_is_read_and_idle_reasons_are_not_a_fault() -> None:
+    res = results(fleet(gpu_001="thermal,gpu=6;ecc_dbe,gpu=6"))
+    assert [s["metric"]["gpu"] for s in res["reasons"]] == ["6"]  # idle (0x1) is not fetched
+    ev = evidence(res)["gpu-001"]
+    assert [g.index for g in ev.gpus if g.thermal_throttle] == [6] and ev.gpus[6].ecc_dbe_volatile == 1
+    assert {g.thermal_throttle for g in evidence(res)["gpu-002"].gpus} == {False}
+
+
 def test_without_the_count_field_xids_are_last_value_only() -> None:
     drop = {n: {XID_COUNT} for n in NODES}
     res = results(fleet(gpu_001="xid=79,gpu=3;xid=45,gpu=3"), drop=drop)
@@ -260,7 +263,8 @@ def test_stale_and_absent_dcgm_series_leave_the_node_unknown() -> None:
 
 def test_the_xid_queries_span_the_policy_window() -> None:
     qs = PrometheusSource("http://unused", xid_window_seconds=7200, xid_step_seconds=5).queries()
-    assert "max_over_time(DCGM_EXP_XID_ERRORS_COUNT[7200s]) > 0" in qs["xid_counts"]
-    last_counted = "(timestamp(DCGM_EXP_XID_ERRORS_COUNT) and DCGM_EXP_XID_ERRORS_COUNT > 0)[7200s:5s]"
+    counted = 'DCGM_EXP_XID_ERRORS_COUNT{xid!=""}'
+    assert f"max_over_time({counted}[7200s]) > 0" in qs["xid_counts"]
+    last_counted = f"(timestamp({counted}) and {counted} > 0)[7200s:5s]"
     assert last_counted in qs["xid_last"]
     assert {"UUID", "pci_bus_id", "modelName"} <= set(_by(qs["fresh"], "fresh"))
