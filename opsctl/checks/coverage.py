@@ -73,6 +73,7 @@ class CheckCoverage:
     required: bool
     status: str  # all | some | none
     lacking: list[str] = field(default_factory=list)  # nodes without evidence (status "some")
+    provided: bool = False  # the source reports this fact at all (for some node, in this collection)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,6 +83,7 @@ class CheckCoverage:
             "required": self.required,
             "status": self.status,
             "lacking": self.lacking,
+            "provided": self.provided,
         }
 
 
@@ -114,6 +116,7 @@ class Coverage:
 def coverage(evidence: Sequence[Evidence], required: Sequence[str]) -> Coverage:
     nodes = sorted(ev.node for ev in evidence)
     want = set(required)
+    provided = frozenset().union(*(ev.provides for ev in evidence if ev.reachable))
     checks: list[CheckCoverage] = []
     for check in CATALOGUE:
         lacking = sorted(ev.node for ev in evidence if not has_fact(ev, check.fact))
@@ -126,6 +129,7 @@ def coverage(evidence: Sequence[Evidence], required: Sequence[str]) -> Coverage:
                 check.code in want,
                 status,
                 lacking if status == "some" else [],
+                check.fact in provided,
             )
         )
     modes: dict[str, list[str]] = {}
@@ -155,7 +159,7 @@ def render_text(cov: Coverage, source: str) -> str:
         if c.status == "all":
             what = "all nodes"
         elif c.status == "none":
-            what = "no evidence from this source"
+            what = "no node has it now" if c.provided else "not provided by this source"
         else:
             have = len(cov.nodes) - len(c.lacking)
             what = f"{have}/{len(cov.nodes)} nodes; lacking: {_short(c.lacking)}"

@@ -59,7 +59,15 @@ def test_a_required_check_no_node_can_evaluate_is_missing() -> None:
     evs = [node(n, provides=PROM - {"row_remap"}) for n in ("gpu-001", "gpu-002")]
     cov = coverage(evs, [*REQUIRED, "slurmd"])
     assert cov.missing_required == ["gpu-row-remap", "slurmd"] and not cov.ok
-    assert "required checks without evidence: gpu-row-remap, slurmd" in render_text(cov, "prometheus")
+    text = render_text(cov, "prometheus")
+    assert "required checks without evidence: gpu-row-remap, slurmd" in text
+    assert "slurmd *" in text and "not provided by this source" in text
+    # provided, but no node has it now (every node unreadable): said apart
+    down = [Evidence(n, "prometheus", NOW, reachable=False, error="stale", provides=PROM) for n in ("a", "b")]
+    gone = coverage([*down, node("c", gpus=[node("c").gpus[0]], provides=PROM)], REQUIRED)
+    assert {c.code: (c.status, c.provided) for c in gone.checks}["gpu-pcie"] == ("some", True)
+    nobody = coverage([node("x", ib_ports=None)], REQUIRED)
+    assert "ib-port             ib             no node has it now" in render_text(nobody, "prometheus")
 
 
 def test_a_required_check_some_nodes_lack_is_per_node_not_fleet_wide() -> None:
