@@ -295,6 +295,20 @@ def resume_proof(latch: Latch, report: NodeReport) -> tuple[bool, str]:
     return True, "no proof needed"
 
 
+def _cleared_by_reset(v: Verdict, latch: Latch, report: NodeReport) -> bool:
+    """An XID of the latched GPU that a reset fixes, once the reset is proven: the exporter's count
+    (and the kernel log) keep it in the window after the reset, but the driver, which asks for a
+    reset again on a new such fault, no longer asks. Everything else must clear by itself."""
+    return (
+        latch.action == "reset_gpu"
+        and v.code == "gpu-xid"
+        and required_action(v) in ("restart_app", "reset_gpu")
+        and v.gpu is not None
+        and v.gpu == _gpu_index(latch, report)
+        and resume_proof(latch, report)[0]
+    )
+
+
 def probe_verdicts(report: NodeReport, state: PolicyState, cfg: PolicyConfig, count: bool) -> None:
     """Probes that timed out ``probe_hung_passes`` passes in a row FAIL as ``probe-hung`` (a hung
     mount or nvidia-smi is UNKNOWN in one pass, a failure when it never answers). ``count`` adds
@@ -396,8 +410,13 @@ def decide(
             _observe(latch, report)
             state.set_latch(node, latch)
         foreign = sv is not None and sv.drain_flag and not ours
+        status = report.status
+        if status is Status.FAIL and ours and latch is not None and all(
+            _cleared_by_reset(v, latch, report) for v in failing[node]
+        ):
+            status = Status.OK  # only the XIDs the proven reset dealt with are left in the window
 
-        if report.status is Status.FAIL:
+        if status is Status.FAIL:
             state.clean_streak.pop(node, None)
             worst = _worst(failing[node])
             if node in storm_nodes:
@@ -452,7 +471,7 @@ def decide(
                 )
             continue
 
-        if report.status is Status.UNKNOWN:
+        if status is Status.UNKNOWN:
             state.clean_streak.pop(node, None)
             decisions.append(
                 Decision(node, "none", "unknown: never a reason to drain or resume", "", "", verdict_json)
@@ -477,7 +496,7 @@ def decide(
             )
         else:
             state.clean_streak.pop(node, None)
-            why = report.status.value.lower()
+            why = status.value.lower()
             if foreign:
                 why += f"; drained by someone else, left alone ({sv.reason!r})" if sv is not None else ""
             decisions.append(Decision(node, "none", why, "", "", verdict_json))

@@ -17,6 +17,7 @@ from opsctl.checks.settings import HealthSection
 from opsctl.config import Config
 from opsctl.errors import ConfigError, OpsctlError, Refused, UsageError
 from opsctl.evidence.base import Source
+from opsctl.evidence.model import Evidence
 from opsctl.policy import (
     Decision,
     DecisionLog,
@@ -177,11 +178,21 @@ def load_context(config_path: str | None) -> HealthContext:
 # -- sources --------------------------------------------------------------------------------
 def make_source(ctx: HealthContext, name: str) -> Source:
     h = ctx.health
+    if "+" in name:  # a composite: each fact from the first source that has it
+        from opsctl.evidence.composite import CompositeSource
+
+        parts = name.split("+")
+        if len(set(parts)) != len(parts) or "" in parts:
+            raise UsageError(f"bad composite source {name!r}; name each source once, e.g. prometheus+ssh")
+        return CompositeSource([make_source(ctx, part) for part in parts])
     if name == "prometheus":
         from opsctl.evidence.prometheus import PrometheusSource
 
         return PrometheusSource(
-            ctx.prometheus_url, stale_after=h.stale_after, window_seconds=h.window_seconds
+            ctx.prometheus_url,
+            stale_after=h.stale_after,
+            window_seconds=h.window_seconds,
+            xid_window_seconds=int(h.load_thresholds().get("xid", "window_seconds")),
         )
     if name == "ssh":
         from opsctl.evidence.ssh import SshSource
@@ -191,7 +202,7 @@ def make_source(ctx: HealthContext, name: str) -> Source:
         from opsctl.evidence.dcgm import DcgmSource
 
         return DcgmSource(_health_ssh_settings(h), diag_level=h.dcgm_diag_level)
-    raise UsageError(f"unknown source {name!r}; use prometheus, ssh or dcgm")
+    raise UsageError(f"unknown source {name!r}; use prometheus, ssh, dcgm or prometheus+ssh")
 
 
 def ssh_settings(
@@ -293,27 +304,27 @@ def _shadow_view(view: dict[str, SlurmNodeView], state: PolicyState) -> dict[str
     return out
 
 
-def remediation_refusal(reports: list[NodeReport], required: Sequence[str]) -> str:
-    """Why remediation must not act on these reports ("" when it may): XIDs known only by their last
-    value (a later harmless XID hides a fatal one), or a required check no source could evaluate."""
-    readable = [r for r in reports if not all(v.code == "evidence" for v in r.verdicts)]
-    last_value = sorted(r.node for r in readable if r.xid_mode == "last-value")
-    if last_value:
-        from opsctl.nodeset import fold
+def remediation_refusal(evidence: Sequence[Evidence], required: Sequence[str]) -> str:
+    """Why remediation must not act on this evidence ("" when it may): XIDs known only by their last
+    value (a later harmless XID hides a fatal one), or a required check that no node has evidence
+    for (the source cannot see that class of fault). With no node readable at all there is nothing
+    to act on and nothing to refuse: every node is UNKNOWN."""
+    from opsctl.checks.coverage import coverage
+    from opsctl.nodeset import fold
 
-        return (
-            f"XIDs on {fold(last_value)} are known only by their last value (DCGM_FI_DEV_XID_ERRORS): "
-            "a later harmless XID hides a fatal one; enable DCGM_EXP_XID_ERRORS_COUNT in the "
-            "dcgm-exporter counters"
-        )
-    if not readable:
+    if not any(ev.reachable for ev in evidence):
         return ""
-    seen = {v.code for r in readable for v in r.verdicts}
-    missing = [c for c in required if c not in seen]
-    if missing:
+    cov = coverage(evidence, required)
+    if cov.last_value_xids:
         return (
-            f"no evidence for required check(s) {', '.join(missing)} from this source "
-            "([health] required_checks)"
+            f"XIDs on {fold(cov.xid_modes['last-value'])} are known only by their last value "
+            "(DCGM_FI_DEV_XID_ERRORS): a later harmless XID hides a fatal one; enable "
+            "DCGM_EXP_XID_ERRORS_COUNT in the dcgm-exporter counters"
+        )
+    if cov.missing_required:
+        return (
+            f"no evidence for required check(s) {', '.join(cov.missing_required)} from this source "
+            "([health] required_checks; opsctl health --coverage lists what it can see)"
         )
     return ""
 
@@ -354,7 +365,7 @@ def run_health(
         state = PolicyState.load(state_file)
         for r in reports:
             probe_verdicts(r, state, cfg, count=not dry_run)
-        refusal = remediation_refusal(reports, h.required_checks)
+        refusal = remediation_refusal(evidence, h.required_checks)
         if refusal:
             from opsctl.nodeset import fold
 

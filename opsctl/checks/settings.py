@@ -7,16 +7,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opsctl.address import check_absolute, check_addresses
+from opsctl.checks.catalogue import CATALOGUE
 from opsctl.checks.thresholds import Thresholds, load_thresholds
 from opsctl.errors import ConfigError
 from opsctl.policy import PolicyConfig
 
-SOURCES = ("prometheus", "ssh", "dcgm")
+SOURCES = ("prometheus", "ssh", "dcgm", "prometheus+ssh")
+# Checks remediation needs evidence for (see opsctl.checks.coverage): without them it refuses to act.
+REQUIRED_CHECKS = ("gpu-count", "gpu-xid", "gpu-ecc-dbe", "gpu-row-remap")
+CHECK_CODES = frozenset(c.code for c in CATALOGUE)
 
 
 @dataclass
 class HealthSection:
-    source: str = "prometheus"  # prometheus | ssh | dcgm
+    source: str = "prometheus"  # prometheus | ssh | dcgm | prometheus+ssh
+    required_checks: list[str] = field(default_factory=lambda: list(REQUIRED_CHECKS))
     thresholds: str | None = field(default=None, metadata={"path": True})  # site overrides (TOML)
     expected_gpus: int | None = None  # shortcut for thresholds gpu.expected_per_node
     nodes: str | None = None  # default node set when Slurm cannot list nodes
@@ -33,10 +38,6 @@ class HealthSection:
     resume_after_clean: int = 3  # K consecutive clean passes before opsctl resumes its own drain
     escalate_window: float = 7 * 86400.0  # drained again for the same GPU within this: held for a person
     probe_hung_passes: int = 3  # a probe timing out this many passes in a row FAILs (probe-hung)
-    # remediation refuses to act while one of these checks has no evidence from the source
-    required_checks: list[str] = field(
-        default_factory=lambda: ["gpu-count", "gpu-xid", "gpu-ecc-dbe", "gpu-row-remap"]
-    )
     ssh_user: str = "root"
     ssh_port: int = 22
     ssh_key: str | None = field(default=None, metadata={"path": True})
@@ -53,6 +54,10 @@ class HealthSection:
     def validate(self) -> None:
         if self.source not in SOURCES:
             raise ValueError(f"source: must be one of {', '.join(SOURCES)} (got {self.source!r})")
+        unknown = sorted(set(self.required_checks) - CHECK_CODES)
+        if unknown:
+            known = ", ".join(sorted(CHECK_CODES))
+            raise ValueError(f"required_checks: unknown check {', '.join(unknown)} (known: {known})")
         if self.stale_after <= 0 or self.window_seconds <= 0:
             raise ValueError("stale_after and window_seconds: must be > 0")
         if self.ssh_parallel < 1 or self.ssh_timeout <= 0:
@@ -65,11 +70,6 @@ class HealthSection:
             raise ValueError("resume_diag_level: must be 0 (off) or 1-4")
         if self.expected_gpus is not None and self.expected_gpus < 0:
             raise ValueError("expected_gpus: must be >= 0")
-        from opsctl.checks.catalogue import CODES
-
-        unknown = [c for c in self.required_checks if c not in CODES]
-        if unknown:
-            raise ValueError(f"required_checks: unknown check code(s) {', '.join(unknown)}")
         try:
             self.policy().validate()
         except ConfigError as exc:

@@ -123,6 +123,7 @@ class Evidence:
     reachable: bool = True
     error: str = ""  # why the node could not be read (unreachable, stale series, ...)
     boot_id: str = ""  # current kernel boot, when known: XIDs of earlier boots are history
+    boot_time: float | None = None  # unix seconds the current boot started, when known
     gpu_count: int | None = None
     gpus: list[GpuEvidence] = field(default_factory=list)
     xids: list[XidEvent] | None = None
@@ -140,5 +141,4 @@ class Evidence:
     xid_mode: str = ""
     provides: frozenset[str] = frozenset()  # facts this source reports for every node
     raw: dict[str, Any] = field(default_factory=dict)  # source-specific extra detail
-    boot_time: float | None = None  # unix seconds the current boot started: older events are history
     sxids: list[SxidEvent] | None = None  # NVSwitch SXids; None: the source could not read them

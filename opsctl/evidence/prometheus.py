@@ -1,15 +1,22 @@
 """dcgm-exporter and node_exporter series, read through Prometheus for all nodes at once.
 
-Three instant queries cover the whole cluster, whatever its size (they run concurrently):
+A handful of queries cover the whole cluster, whatever its size (they run concurrently):
 
 1. ``timestamp(DCGM_FI_DEV_GPU_TEMP)``: which GPUs of which node report, and how fresh.
-2. one regex selector over the gauges the checks read (ECC, retired pages, row remap, PCIe,
-   throttle reasons, XID, InfiniBand port state and rate).
-3. one ``increase(...)`` per counter, joined with ``or`` and labelled with the counter's name.
+2. ``count by (__name__, node)``: which families each node reports at all.
+3. one regex selector over the gauges the checks read (ECC, retired pages, row remap, PCIe,
+   last XID, recovery action, InfiniBand port state and rate, boot time), the ones whose healthy
+   value is 0 only where they are not; the clock event reasons only where a hardware bit is set.
+4. one ``increase(...)`` per counter, joined with ``or`` and labelled with the counter's name.
+5. the XID count (``DCGM_EXP_XID_ERRORS_COUNT``, a count within dcgm-exporter's own window, 5 min
+   by default) over the XID policy window: its maximum, and the last time each (GPU, XID) was > 0.
+   An XID that left the exporter's window stays visible for the whole policy window.
 
 A node with no fresh GPU series is UNKNOWN (``reachable=False``), never healthy, and never a
 reason to drain. A fact whose series exist for no node at all is not "provided" and its check is
-skipped rather than reported UNKNOWN everywhere.
+skipped rather than reported UNKNOWN everywhere. A fact the fleet provides but one node's series
+lack (its node_exporter is down, its counters file differs) is ``None`` on that node: UNKNOWN for
+that family only, never healthy and never failing.
 """
 
 from __future__ import annotations
@@ -22,9 +29,13 @@ from opsctl.errors import Unreachable
 from opsctl.evidence.model import Evidence, GpuEvidence, IbPortEvidence, XidEvent
 
 FRESHNESS_METRIC = "DCGM_FI_DEV_GPU_TEMP"
+XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"  # per-XID count within the exporter's window (label xid)
+XID_LAST = "DCGM_FI_DEV_XID_ERRORS"  # value of the LAST XID only; used when the count is absent
+# DCGM field 1523: named ..._GET_GPU_RECOVERY_ACTION in DCGM 4.5, ..._GPU_RECOVERY_ACTION from 4.6
+RECOVERY_GAUGES = ("DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION", "DCGM_FI_DEV_GPU_RECOVERY_ACTION")
+BOOT_METRIC = "node_boot_time_seconds"  # node_exporter's stat collector: /proc/stat btime
 GAUGES = (
-    "DCGM_FI_DEV_XID_ERRORS",  # value of the LAST XID only; used when the count series is absent
-    "DCGM_EXP_XID_ERRORS_COUNT",  # per-XID count within the exporter's window (label xid)
+    XID_LAST,
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
     "DCGM_FI_DEV_RETIRED_SBE",
     "DCGM_FI_DEV_RETIRED_DBE",
@@ -34,11 +45,13 @@ GAUGES = (
     "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
     "DCGM_FI_DEV_PCIE_LINK_GEN",
     "DCGM_FI_DEV_PCIE_LINK_WIDTH",
-    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",  # DCGM < 3.3 name of the bitmask
-    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",  # DCGM >= 3.3 name
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",  # DCGM 3 name of the bitmask
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",  # DCGM 4 name
+    *RECOVERY_GAUGES,
     "node_infiniband_state_id",
     "node_infiniband_physical_state_id",
     "node_infiniband_rate_bytes_per_second",
+    BOOT_METRIC,
 )
 REASON_GAUGES = ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
 # Gauges whose healthy value is 0: fetched only where non-zero.
@@ -62,6 +75,10 @@ COUNTERS = {
 # NVML clock event reason bits (nvml.h nvmlClocksEventReason*)
 HW_THERMAL_SLOWDOWN = 0x40
 HW_POWER_BRAKE_SLOWDOWN = 0x80
+# nvmlDeviceGpuRecoveryAction_t -> the evidence's words. Values newer drivers added (5 recover the
+# IMEX domain, 6 reset the PCIe bus, 7 reboot the system) or do not document read as "reboot":
+# only a new boot is sure to satisfy them.
+RECOVERY_ACTIONS = {0: "none", 1: "reset", 2: "reboot", 3: "drain_p2p", 4: "drain_and_reset"}
 # IB port states as the kernel numbers them (sysfs "4: ACTIVE", "5: LinkUp")
 IB_STATES = {1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
 IB_PHYS_STATES = {
@@ -78,6 +95,7 @@ Series = dict[str, Any]
 # node identity (any spelling) and entity labels
 _NODE = "Hostname, hostname, node, nodename, instance"
 _KEEP = f"{_NODE}, gpu, device, port"
+_GPU_IDENTITY = f"{_NODE}, gpu, UUID, pci_bus_id, modelName"
 
 
 def node_of(labels: dict[str, str]) -> str | None:
@@ -101,12 +119,19 @@ class PrometheusSource:
         *,
         stale_after: float = 30.0,
         window_seconds: int = 600,
+        xid_window_seconds: int = 3600,
+        xid_step_seconds: int = 5,
         timeout: float = 5.0,
         query_fn: Any = None,
     ) -> None:
+        """``window_seconds``: the counter increase window; ``xid_window_seconds``: how far back XIDs
+        count (the XID policy window, thresholds ``[xid] window_seconds``); ``xid_step_seconds``:
+        the resolution of "when was this XID last seen" (about the scrape interval)."""
         self.url = url
         self.stale_after = stale_after
         self.window_seconds = window_seconds
+        self.xid_window_seconds = xid_window_seconds
+        self.xid_step_seconds = xid_step_seconds
         self.timeout = timeout
         self._query_fn = query_fn
 
@@ -133,25 +158,37 @@ class PrometheusSource:
         return query
 
     def queries(self) -> dict[str, str]:
-        """Six instant queries for the whole cluster. A healthy cluster answers with little: the
-        fault gauges come back only where they are non-zero and counters only where they grew;
+        """Eight instant queries for the whole cluster. A healthy cluster answers with little: the
+        fault gauges come back only where they are non-zero, counters and XIDs only where they grew;
         which families each node reports at all comes from one ``count by (__name__)``."""
         w = f"{self.window_seconds}s"
-        nonzero = "|".join(NONZERO_GAUGES)
-        every = "|".join((*NONZERO_GAUGES, *COUNTERS))  # the rest's presence shows in "values"
+        xw, step = f"{self.xid_window_seconds}s", f"{self.xid_step_seconds}s"
+        nonzero = "|".join(g for g in NONZERO_GAUGES if g not in REASON_GAUGES)
+        every = "|".join((*NONZERO_GAUGES, *COUNTERS, XID_COUNT))  # the rest's presence shows in "values"
+        counted = f'{XID_COUNT}{{xid!=""}}'
         counters = " or ".join(
             f'label_replace(max by ({_KEEP}) (increase({name}[{w}]) > 0), "counter", "{name}", "", "")'
             for name in COUNTERS
         )
         return {
-            "fresh": f"max by ({_KEEP}) (timestamp({FRESHNESS_METRIC}))",
+            "fresh": f"max by ({_GPU_IDENTITY}) (timestamp({FRESHNESS_METRIC}))",
             "present": f'count by (__name__, {_NODE}) ({{__name__=~"{every}"}})',
-            "nonzero": f'max by (__name__, {_KEEP}, xid) ({{__name__=~"{nonzero}"}} != 0)'
+            "nonzero": f'max by (__name__, {_KEEP}) ({{__name__=~"{nonzero}"}} != 0)',
             # clock event reasons below 0x40 (idle, application clocks, software caps) carry neither
-            # hardware slowdown bit: they read as 0 here
-            f' unless {{__name__=~"{"|".join(REASON_GAUGES)}"}} < {HW_THERMAL_SLOWDOWN}',
+            # hardware slowdown bit: they read as 0. (Their own query: "or" and "unless" match
+            # series on their labels without the metric name, so another family's series of the
+            # same GPU would be dropped with them.)
+            "reasons": f'max by (__name__, {_KEEP}) ({{__name__=~"{"|".join(REASON_GAUGES)}"}}'
+            f" >= {HW_THERMAL_SLOWDOWN})",
             "values": f'max by (__name__, {_KEEP}) ({{__name__=~"{"|".join(VALUE_GAUGES)}"}})',
             "counters": counters,
+            # only series with an xid label: the zero series of a GPU without XIDs has none, so a
+            # healthy fleet costs nothing here however long the window
+            "xid_counts": f"max by ({_KEEP}, xid) (max_over_time({counted}[{xw}]) > 0)",
+            # timestamp() of a selector is the sample's own time, so this is the last scrape that
+            # still counted the XID (at most the exporter's window after the event itself)
+            "xid_last": f"max by ({_KEEP}, xid) (max_over_time("
+            f"(timestamp({counted}) and {counted} > 0)[{xw}:{step}]))",
         }
 
     def collect(self, nodes: list[str], now: float) -> list[Evidence]:
@@ -191,7 +228,7 @@ def build_evidence(
             present[node].add(s["metric"].get("__name__", ""))
     families: set[str] = set().union(*present.values()) if present else set()
     gauges: dict[str, dict[str, list[Series]]] = defaultdict(lambda: defaultdict(list))
-    for key in ("nonzero", "values"):
+    for key in ("nonzero", "reasons", "values"):
         for s in results.get(key, []):
             node, name = node_of(s["metric"]), s["metric"].get("__name__", "")
             if node is not None:
@@ -201,6 +238,16 @@ def build_evidence(
         node, name = node_of(s["metric"]), s["metric"].get("counter", "")
         if node is not None:
             counters[node][COUNTERS.get(name, name)].append(s)
+    xid_counts: dict[str, list[Series]] = defaultdict(list)
+    xid_last: dict[tuple[str, int | None, str], float] = {}
+    for s in results.get("xid_counts", []):
+        node = node_of(s["metric"])
+        if node is not None:
+            xid_counts[node].append(s)
+    for s in results.get("xid_last", []):
+        node = node_of(s["metric"])
+        if node is not None:
+            xid_last[(node, _gpu(s["metric"]), s["metric"].get("xid", ""))] = _value(s)
     provides = _provides(families)
     out: list[Evidence] = []
     for node in nodes:
@@ -220,17 +267,29 @@ def build_evidence(
                 )
             )
             continue
+        have = present[node]
         live = sorted(g for g, ts in stamps.items() if now - ts <= stale_after)
-        _fill_zeros(live, present[node], gauges[node], counters[node])
+        _fill_zeros(live, have, gauges[node], counters[node])
         ev = Evidence(node, "prometheus", now, gpu_count=len(live), provides=provides)
         ev.gpus = [
             _gpu_evidence(g, uuids[(node, g)], gauges[node], counters[node], window_seconds) for g in live
         ]
         # a node whose exporter reports no XID family stays None: unknown, not "no XID"
-        if present[node] & {"DCGM_EXP_XID_ERRORS_COUNT", "DCGM_FI_DEV_XID_ERRORS"}:
-            ev.xids = _xids(gauges[node], now, counted="DCGM_EXP_XID_ERRORS_COUNT" in present[node])
-        if "ib" in provides:
-            ev.ib_ports = _ib_ports(gauges[node], counters[node], window_seconds, "ib_errors" in provides)
+        if XID_COUNT in have:
+            ev.xid_mode = "count"
+            ev.xids = _counted_xids(node, xid_counts[node], xid_last)
+        elif XID_LAST in have:
+            ev.xid_mode = "last-value"
+            ev.xids = _last_xids(gauges[node])
+        # node_exporter's families, per node: absent (its exporter down) is None, not "no port"
+        if "node_infiniband_state_id" in have:
+            with_counters = any(k in have for k in COUNTERS if k.startswith("node_infiniband"))
+            ev.ib_ports = _ib_ports(gauges[node], counters[node], window_seconds, with_counters)
+        boot = gauges[node].get(BOOT_METRIC)
+        if boot:
+            ev.boot_time = max(_value(b) for b in boot)
+            ev.boot_id = f"boot-{int(ev.boot_time)}"  # btime is whole seconds: stable per boot
+            _stamp_boot(ev, ev.boot_time)
         out.append(ev)
     return out
 
@@ -245,7 +304,7 @@ def _fill_zeros(
         return {"metric": labels, "value": [0, "0"]}
 
     for name in NONZERO_GAUGES:
-        if name == "DCGM_EXP_XID_ERRORS_COUNT" or name not in present:
+        if name not in present:
             continue
         have = {_gpu(x["metric"]) for x in g[name]}
         g[name].extend(zero({"gpu": str(i)}) for i in live if i not in have)
@@ -266,17 +325,17 @@ def _fill_zeros(
 def _provides(families: set[str]) -> frozenset[str]:
     p = {"gpu_count"}
     rules = {
-        "xid": ("DCGM_EXP_XID_ERRORS_COUNT", "DCGM_FI_DEV_XID_ERRORS"),
+        "xid": (XID_COUNT, XID_LAST),
         "ecc": ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",),
         "ecc_sbe_rate": ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",),
         "retired_pages": ("DCGM_FI_DEV_RETIRED_DBE",),
-        "row_remap": ("DCGM_FI_DEV_ROW_REMAP_FAILURE",),
+        "row_remap": ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_ROW_REMAP_PENDING"),
         "nvlink_crc": (
             "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
             "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
         ),
         "pcie": ("DCGM_FI_DEV_PCIE_LINK_GEN",),
-        "throttle": ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"),
+        "throttle": REASON_GAUGES,
         "ib": ("node_infiniband_state_id",),
         "ib_errors": tuple(k for k in COUNTERS if k.startswith("node_infiniband")),
     }
@@ -305,10 +364,7 @@ def _gpu_evidence(
     reasons = _for_gpu(g["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"] or g["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"], gpu)
     sbe = _for_gpu(c["ecc_sbe"], gpu)
     crc_series = [s for s in c["nvlink_crc"] if _gpu(s["metric"]) == gpu]
-    remap_failure = _bool(_for_gpu(g["DCGM_FI_DEV_ROW_REMAP_FAILURE"], gpu))
-    remap_pending = _bool(_for_gpu(g["DCGM_FI_DEV_ROW_REMAP_PENDING"], gpu))
-    if remap_failure is not None and remap_pending is None:
-        remap_pending = False  # the pending field is absent from older exporters' default set
+    recovery = _for_gpu(g[RECOVERY_GAUGES[0]] or g[RECOVERY_GAUGES[1]], gpu)
     return GpuEvidence(
         index=gpu,
         uuid=labels.get("UUID", ""),
@@ -320,31 +376,53 @@ def _gpu_evidence(
         retired_pages_dbe=_int(_for_gpu(g["DCGM_FI_DEV_RETIRED_DBE"], gpu)),
         retired_pages_pending=_bool(_for_gpu(g["DCGM_FI_DEV_RETIRED_PENDING"], gpu)),
         remap_uncorrectable=_int(_for_gpu(g["DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"], gpu)),
-        remap_pending=remap_pending,
-        remap_failure=remap_failure,
+        remap_pending=_bool(_for_gpu(g["DCGM_FI_DEV_ROW_REMAP_PENDING"], gpu)),
+        remap_failure=_bool(_for_gpu(g["DCGM_FI_DEV_ROW_REMAP_FAILURE"], gpu)),
         nvlink_crc_per_second=(sum(_value(s) for s in crc_series) / window) if crc_series else None,
         pcie_gen=_int(_for_gpu(g["DCGM_FI_DEV_PCIE_LINK_GEN"], gpu)),
         pcie_width=_int(_for_gpu(g["DCGM_FI_DEV_PCIE_LINK_WIDTH"], gpu)),
+        recovery_action=None if recovery is None else RECOVERY_ACTIONS.get(int(recovery), "reboot"),
         thermal_throttle=None if reasons is None else bool(int(reasons) & HW_THERMAL_SLOWDOWN),
         power_throttle=None if reasons is None else bool(int(reasons) & HW_POWER_BRAKE_SLOWDOWN),
     )
 
 
-def _xids(g: dict[str, list[Series]], now: float, counted: bool) -> list[XidEvent]:
-    if counted:
-        # Each series is one (gpu, xid) with its count inside the exporter's window: current.
-        return [
-            XidEvent(xid=int(s["metric"]["xid"]), gpu=_gpu(s["metric"]), count=int(_value(s)), time=now)
-            for s in g.get("DCGM_EXP_XID_ERRORS_COUNT") or []
-            if s["metric"].get("xid", "").isdigit() and _value(s) > 0
-        ]
-    # Only the last XID per GPU is known, and not when it happened: treat a non-zero value as
-    # current. It stays until the driver reloads, so the count series is strongly preferred.
-    return [
-        XidEvent(
-            xid=int(_value(s)), gpu=_gpu(s["metric"]), time=None, message="last XID (DCGM_FI_DEV_XID_ERRORS)"
+def _counted_xids(
+    node: str, counts: list[Series], last: dict[tuple[str, int | None, str], float]
+) -> list[XidEvent]:
+    """One event per (GPU, XID) counted at any time in the XID window: the highest count the
+    exporter's window held, stamped with the last time it was still counted."""
+    out: list[XidEvent] = []
+    for s in counts:
+        code, gpu = s["metric"].get("xid", ""), _gpu(s["metric"])
+        if not code.isdigit() or _value(s) <= 0:
+            continue
+        out.append(
+            XidEvent(
+                xid=int(code),
+                gpu=gpu,
+                count=int(_value(s)),
+                time=last.get((node, gpu, code)),
+                message=f"{XID_COUNT} (last counted)",
+            )
         )
-        for s in g.get("DCGM_FI_DEV_XID_ERRORS") or []
+    return sorted(out, key=lambda e: (e.gpu if e.gpu is not None else -1, e.xid))
+
+
+def _stamp_boot(ev: Evidence, boot_time: float) -> None:
+    """Counted XIDs last seen before this boot belong to an earlier one (which, Prometheus does not
+    say): the XID check leaves them to history, like the kernel log's of earlier boots."""
+    for e in ev.xids or []:
+        if e.time is not None:
+            e.boot_id = ev.boot_id if e.time >= boot_time else f"before-{ev.boot_id}"
+
+
+def _last_xids(g: dict[str, list[Series]]) -> list[XidEvent]:
+    # Only the last XID per GPU is known, and not when it happened: treat a non-zero value as
+    # current. It stays until the driver reloads, and a later harmless XID hides a fatal one.
+    return [
+        XidEvent(xid=int(_value(s)), gpu=_gpu(s["metric"]), time=None, message=f"last XID ({XID_LAST})")
+        for s in g.get(XID_LAST) or []
         if _value(s) > 0
     ]
 

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from opsctl.hwsim.metrics import families, render_text
+from opsctl.hwsim.metrics import XID_WINDOW_MS, families, render_text
 from opsctl.hwsim.state import load, make_node, save, state_path
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -36,6 +36,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     state_file: Path
+    xid_window_ms: int = XID_WINDOW_MS
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -46,7 +47,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_error(404)
             return
         try:
-            body = render_text(families(load(self.server.state_file))).encode()
+            fams = families(load(self.server.state_file), xid_window_ms=self.server.xid_window_ms)
+            body = render_text(fams).encode()
         except (OSError, ValueError, KeyError, TypeError) as exc:
             self.send_error(500, f"cannot read state: {exc}")
             return
@@ -63,11 +65,14 @@ class _Handler(BaseHTTPRequestHandler):
 class NodeEndpoint:
     """The metrics port of one node, opened and closed as its exporters go up and down."""
 
-    def __init__(self, node: str, state_file: Path, host: str, port: int) -> None:
+    def __init__(
+        self, node: str, state_file: Path, host: str, port: int, xid_window_ms: int = XID_WINDOW_MS
+    ) -> None:
         self.node = node
         self.state_file = state_file
         self.host = host
         self.port = port
+        self.xid_window_ms = xid_window_ms
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -80,6 +85,7 @@ class NodeEndpoint:
             return
         server = _Server((self.host, self.port), _Handler)
         server.state_file = self.state_file
+        server.xid_window_ms = self.xid_window_ms
         self.port = server.server_address[1]  # the kernel's pick when asked for port 0
         self._server = server
         self._thread = threading.Thread(
@@ -126,8 +132,11 @@ class MultiExporter:
         host: str = "127.0.0.1",
         *,
         state_file: Path | None = None,
+        xid_window_ms: int = XID_WINDOW_MS,
     ) -> None:
-        """One endpoint per node, reading ``state_dir/NODE.json`` (or ``state_file`` for a single node)."""
+        """One endpoint per node, reading ``state_dir/NODE.json`` (or ``state_file`` for a single node).
+
+        ``xid_window_ms`` is dcgm-exporter's ``--xid-count-window-size``."""
         if state_file is not None and len(nodes) != 1:
             raise ValueError("a single state file serves exactly one node")
         self.endpoints = []
@@ -135,7 +144,7 @@ class MultiExporter:
             path = state_file or state_path(state_dir, n)
             if not path.exists():
                 save(make_node(n), path)
-            self.endpoints.append(NodeEndpoint(n, path, host, p))
+            self.endpoints.append(NodeEndpoint(n, path, host, p, xid_window_ms))
         self._stop = threading.Event()
 
     def ports(self) -> dict[str, int]:
@@ -183,11 +192,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--listen", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     ap.add_argument("--ports-file", type=Path, help="write {node: port} JSON here once all ports listen")
+    ap.add_argument(
+        "-x",
+        "--xid-count-window-size",
+        type=int,
+        default=XID_WINDOW_MS,
+        help=f"window of DCGM_EXP_XID_ERRORS_COUNT in ms, as dcgm-exporter's flag (default {XID_WINDOW_MS})",
+    )
     args = ap.parse_args(argv)
+    if args.xid_count_window_size <= 0:
+        ap.error("--xid-count-window-size must be > 0")
     if args.state is not None and len(args.node) != 1:
         ap.error("--state serves exactly one --node")
     state_dir = args.state_dir or args.state.parent
-    exporter = MultiExporter(state_dir, args.node, args.listen, state_file=args.state)
+    exporter = MultiExporter(
+        state_dir, args.node, args.listen, state_file=args.state, xid_window_ms=args.xid_count_window_size
+    )
     try:
         exporter.start()
     except OSError as exc:

@@ -1,18 +1,31 @@
 """Faults that change a node's simulated hardware the way the real failure would show in its tools.
 
 A fault spec is ``NAME[=VALUE][,KEY=VALUE...]``, for example ``xid=79``, ``xid=79,gpu=3``,
-``ecc_dbe,gpu=2``, ``gpu_missing=3``, ``ib_down=mlx5_2``. ``heal`` returns the node to its healthy,
-seeded self (as a repaired, rebooted node would be: counters and the kernel log start again).
+``ecc_dbe,gpu=2``, ``gpu_missing=3``, ``ib_down=mlx5_2``. Two specs are repairs rather than faults:
+``reboot`` (a new boot: volatile state clears, damage stays) and ``gpu_reset[,gpu=K]``
+(``nvidia-smi -r``). ``heal`` returns the node to its healthy, seeded self (as a repaired, rebooted
+node would be: a new boot, counters and the kernel log start again).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from opsctl.errors import UsageError
-from opsctl.hwsim.state import Gpu, NodeHardware, XidEvent, make_node
+from opsctl.hwsim.state import (
+    RECOVERY_DRAIN_AND_RESET,
+    RECOVERY_DRAIN_P2P,
+    RECOVERY_GPU_RESET,
+    RECOVERY_NODE_REBOOT,
+    RECOVERY_NONE,
+    Gpu,
+    NodeHardware,
+    XidEvent,
+    make_node,
+)
 
 
 class FaultError(UsageError):
@@ -49,6 +62,21 @@ XID_MESSAGES: dict[int, str] = {
 _NO_PROCESS_XIDS = {48, 63, 64, 74, 79, 92, 95}
 # XIDs after which nvidia-smi reports that the GPU needs a reset.
 _RESET_XIDS = {48, 64, 74, 79, 95, 119}
+# The recovery action the driver asks for after these XIDs (NVML nvmlDeviceGetGpuRecoveryAction),
+# following the immediate action of NVIDIA's XID catalog: a GPU off the bus (79) cannot be reached
+# by a reset and needs the node rebooted (RESTART_BM); an uncorrectable ECC error with its row
+# remap pending (48), a failed remap (64), an NVLink fatal error (74), an uncontained error (95) and
+# a GSP timeout (119) need the GPU reset (RESET_GPU).
+_XID_RECOVERY = {xid: RECOVERY_GPU_RESET for xid in _RESET_XIDS} | {79: RECOVERY_NODE_REBOOT}
+# When several are pending the strongest wins: a reboot resets every GPU, a drain-and-reset
+# includes the reset.
+_RECOVERY_RANK = {
+    RECOVERY_NONE: 0,
+    RECOVERY_DRAIN_P2P: 1,
+    RECOVERY_GPU_RESET: 2,
+    RECOVERY_DRAIN_AND_RESET: 3,
+    RECOVERY_NODE_REBOOT: 4,
+}
 
 
 def parse_spec(spec: str) -> FaultSpec:
@@ -101,6 +129,9 @@ def add_xid(state: NodeHardware, gpu: Gpu, xid: int, *, now: float | None = None
     if xid in _RESET_XIDS:
         gpu.reset_required = True
         gpu.drain_and_reset_recommended = xid != 79
+    action = _XID_RECOVERY.get(xid, RECOVERY_NONE)
+    if _RECOVERY_RANK.get(action, 0) > _RECOVERY_RANK.get(gpu.recovery_action, 0):
+        gpu.recovery_action = action
 
 
 def _xid(state: NodeHardware, spec: FaultSpec) -> None:
@@ -208,6 +239,73 @@ def _slurmd_stopped(state: NodeHardware, spec: FaultSpec) -> None:
     state.slurmd_up = False
 
 
+def boot_time(now: float) -> float:
+    """The kernel's btime for a boot that happens ``now``: whole seconds, and after every moment the
+    node served before it (a real reboot takes minutes; the simulated one is instant, so the second
+    is rounded up rather than down)."""
+    return float(math.ceil(now))
+
+
+def _idle(gpu: Gpu, healthy: Gpu, now: float) -> None:
+    """What a GPU reset does to one GPU: the job on it is gone, volatile error state clears, a
+    pending row remap takes effect; the aggregate counters and remapped rows stay."""
+    gpu.ecc_sbe_volatile = gpu.ecc_dbe_volatile = 0
+    gpu.remapped_rows_pending = False
+    gpu.retired_pages_pending = False
+    gpu.reset_required = gpu.drain_and_reset_recommended = False
+    gpu.recovery_action = RECOVERY_NONE
+    gpu.last_xid = 0
+    gpu.dcgm_xid_since = now
+    for link in gpu.nvlinks:  # links retrain; their error counters restart with the device
+        link.up = True
+        link.crc_flit_errors = link.crc_data_errors = link.replay_errors = link.recovery_errors = 0
+    for name in (
+        "temperature_c",
+        "memory_temperature_c",
+        "power_draw_w",
+        "sm_clock_mhz",
+        "gpu_util_pct",
+        "mem_util_pct",
+        "fb_used_mib",
+        "clock_event_reasons",
+    ):
+        setattr(gpu, name, getattr(healthy, name))
+
+
+def _gpu_reset(state: NodeHardware, spec: FaultSpec) -> None:
+    """``nvidia-smi -r -i K``: one GPU starts again within the same boot."""
+    gpu = _gpu(state, spec, spec.params.get("gpu", spec.value))
+    if not gpu.present:
+        raise FaultError(f"fault 'gpu_reset': GPU {gpu.index} is not on the bus; only a reboot reaches it")
+    if gpu.recovery_action == RECOVERY_NODE_REBOOT:
+        # nvidia-smi -r refuses a GPU the driver has lost (XID 79): the node needs a reboot
+        raise FaultError(f"fault 'gpu_reset': GPU {gpu.index} needs a node reboot, a reset cannot recover it")
+    now = time.time()
+    _idle(gpu, make_node(state.node).gpu(gpu.index), now)
+    hca = state.hcas[gpu.index] if gpu.index < len(state.hcas) else None
+    if hca is not None and hca.traffic_bytes_per_s:
+        hca.settle_traffic(now)  # the job that drove this GPU's HCA is gone
+        hca.traffic_bytes_per_s = 0.0
+
+
+def _reboot(state: NodeHardware, spec: FaultSpec) -> None:
+    """A real reboot: a new boot time and an empty kernel log; every GPU and HCA starts again, the
+    services start (slurmd, the exporters); damage stays until ``heal`` (a GPU off the bus, a failed
+    row remap, remapped rows, aggregate ECC counts, an InfiniBand port whose cable or switch port
+    is dead)."""
+    now = time.time()
+    healthy = make_node(state.node)
+    state.boot_time = boot_time(now)
+    state.xids = []
+    for gpu in state.gpus:
+        _idle(gpu, healthy.gpu(gpu.index), now)
+        gpu.pcie_replays = 0
+    for hca in state.hcas:  # the jobs are gone
+        hca.settle_traffic(now)
+        hca.traffic_bytes_per_s = 0.0
+    state.slurmd_up = state.dcgm_exporter_up = state.node_exporter_up = True
+
+
 FAULTS: dict[str, tuple[Callable[[NodeHardware, FaultSpec], None], str]] = {
     "xid": (_xid, "xid=N[,gpu=K]: the driver reports XID N on GPU K (default 0)"),
     "ecc_dbe": (_ecc_dbe, "ecc_dbe[,gpu=K][,count=N]: uncorrectable ECC error (XID 48, row remap pending)"),
@@ -220,6 +318,16 @@ FAULTS: dict[str, tuple[Callable[[NodeHardware, FaultSpec], None], str]] = {
     "busy": (_busy, "busy[,gpu=K]: GPUs under a training load (all GPUs by default)"),
     "exporter_down": (_exporter_down, "exporter_down[=all|dcgm|node]: the metrics endpoint stops"),
     "slurmd_stopped": (_slurmd_stopped, "slurmd_stopped: the node's slurmd is stopped"),
+    "gpu_reset": (
+        _gpu_reset,
+        "gpu_reset[,gpu=K]: nvidia-smi -r on GPU K: its volatile errors, pending remap, recovery "
+        "action and DCGM's XIDs clear; same boot",
+    ),
+    "reboot": (
+        _reboot,
+        "reboot: a new boot: XIDs, volatile ECC, pending remaps and recovery actions clear, links and "
+        "services come up; a missing GPU, a failed remap or a dead IB port stays until heal",
+    ),
 }
 
 
@@ -242,7 +350,10 @@ def apply_fault(state: NodeHardware, spec: str) -> NodeHardware:
 
 
 def heal(state: NodeHardware, *, now: float | None = None) -> NodeHardware:
-    """Return the node to its healthy seeded hardware, in place (and return it)."""
+    """Return the node to its healthy seeded hardware, in place (and return it). A repaired node
+    has been rebooted: its boot time is now."""
+    now = time.time() if now is None else now
     fresh = make_node(state.node, now=now)
+    fresh.boot_time = boot_time(now)
     state.__dict__.update(fresh.__dict__)
     return state

@@ -1,11 +1,11 @@
 """The metrics a real H200 node exposes, computed from its simulated state on every scrape.
 
-Two sources, as on the real node: dcgm-exporter (``DCGM_FI_*`` fields with its labels ``gpu``,
-``UUID``, ``pci_bus_id``, ``device``, ``modelName``, ``Hostname``, ``DCGM_FI_DRIVER_VERSION``, and the
-``DCGM_EXP_XID_ERRORS_COUNT`` exporter field) and node_exporter's infiniband collector
-(``node_infiniband_*{device,port}``). ``render_text`` writes the Prometheus text format the way those
-Go exporters do: ``# TYPE`` names equal to sample names (dcgm-exporter's counters carry no
-``_total``), labels in emission order, and Go's float formatting.
+Two exporters, as on the real node: dcgm-exporter (``DCGM_FI_*`` fields with its labels ``gpu``,
+``UUID``, ``pci_bus_id``, ``device``, ``modelName``, ``Hostname``, ``DCGM_FI_DRIVER_VERSION``, and
+the ``DCGM_EXP_XID_ERRORS_COUNT`` exporter field) and node_exporter (the stat collector's boot time
+and the infiniband collector's ``node_infiniband_*{device,port}``). ``render_text`` writes the
+Prometheus text format the way those Go exporters do: ``# TYPE`` names equal to sample names
+(dcgm-exporter's counters carry no ``_total``), labels in emission order, and Go's float formatting.
 """
 
 from __future__ import annotations
@@ -214,6 +214,15 @@ _DCGM_FIELDS: tuple[tuple[str, str, str, object, bool], ...] = (
         False,
     ),
     (
+        # DCGM >= 4.5 (field 1523; renamed DCGM_FI_DEV_GPU_RECOVERY_ACTION in 4.6, old name kept)
+        "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION",
+        "gauge",
+        "Recovery action the driver asks for (0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, "
+        "4 drain and reset).",
+        lambda g: g.recovery_action,
+        False,
+    ),
+    (
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
         "gauge",
         "Ratio of time the graphics engine is active.",
@@ -223,7 +232,9 @@ _DCGM_FIELDS: tuple[tuple[str, str, str, object, bool], ...] = (
 )
 
 
-def dcgm_families(state: NodeHardware, *, now: float | None = None) -> list[Family]:
+def dcgm_families(
+    state: NodeHardware, *, now: float | None = None, xid_window_ms: int = XID_WINDOW_MS
+) -> list[Family]:
     """dcgm-exporter's families; a missing GPU has no series at all, as when NVML loses it."""
     now = time.time() if now is None else now
     gpus = state.present_gpus
@@ -233,22 +244,31 @@ def dcgm_families(state: NodeHardware, *, now: float | None = None) -> list[Fami
         for g in gpus:
             fam.samples.append(Sample(_gpu_labels(state, g), float(getter(g)), as_float))  # type: ignore[operator]
         families.append(fam)
+    families.append(xid_count_family(state, now=now, window_ms=xid_window_ms))
+    return families
+
+
+def xid_count_family(state: NodeHardware, *, now: float, window_ms: int = XID_WINDOW_MS) -> Family:
+    """``DCGM_EXP_XID_ERRORS_COUNT`` as dcgm-exporter's XID collector builds it: per GPU, one series
+    per XID seen by DCGM within the window (label ``xid``), or one zero series without ``xid``
+    when there was none."""
     xid = Family(
         "DCGM_EXP_XID_ERRORS_COUNT",
         "gauge",
         "Count of XID Errors within user-specified time window (see xid-count-window-size param).",
     )
-    window_start = now - XID_WINDOW_MS / 1000.0
-    for g in gpus:
+    window_start = now - window_ms / 1000.0
+    for g in state.present_gpus:
         counts: dict[int, int] = {}
         for e in state.xids:
-            if e.gpu == g.index and e.time >= window_start:
+            if e.gpu == g.index and e.time >= max(window_start, g.dcgm_xid_since):
                 counts[e.xid] = counts.get(e.xid, 0) + 1
+        labels = _gpu_labels(state, g) | {"window_size_in_ms": str(window_ms)}
+        if not counts:
+            xid.samples.append(Sample(labels, 0.0))
         for code, n in sorted(counts.items()):
-            labels = _gpu_labels(state, g) | {"window_size_in_ms": str(XID_WINDOW_MS), "xid": str(code)}
-            xid.samples.append(Sample(labels, float(n)))
-    families.append(xid)
-    return families
+            xid.samples.append(Sample(labels | {"xid": str(code)}, float(n)))
+    return xid
 
 
 _IB_COUNTERS = (
@@ -421,12 +441,22 @@ def infiniband_families(state: NodeHardware, *, now: float | None = None) -> lis
     return [info, st, ph, rate, *counters]
 
 
-def families(state: NodeHardware, *, now: float | None = None) -> list[Family]:
+def stat_families(state: NodeHardware) -> list[Family]:
+    """node_exporter's stat collector (on by default), of which opsctl reads the boot time: the
+    integer ``btime`` of /proc/stat."""
+    boot = Family("node_boot_time_seconds", "gauge", "Node boot time, in unixtime.")
+    boot.samples.append(Sample({}, float(int(state.boot_time))))
+    return [boot]
+
+
+def families(
+    state: NodeHardware, *, now: float | None = None, xid_window_ms: int = XID_WINDOW_MS
+) -> list[Family]:
     out: list[Family] = []
     if state.dcgm_exporter_up:
-        out += dcgm_families(state, now=now)
+        out += dcgm_families(state, now=now, xid_window_ms=xid_window_ms)
     if state.node_exporter_up:
-        out += infiniband_families(state, now=now)
+        out += stat_families(state) + infiniband_families(state, now=now)
     return out
 
 
@@ -472,5 +502,6 @@ def render_text(fams: list[Family]) -> str:
         out.append(f"# HELP {fam.name} {fam.help}\n# TYPE {fam.name} {fam.type}\n")
         for s in fam.samples:
             labels = ",".join(f'{k}="{_escape(v)}"' for k, v in s.labels.items())
-            out.append(f"{fam.name}{{{labels}}} {_value(s, go)}\n")
+            braces = f"{{{labels}}}" if labels else ""  # no labels: no braces, as the Go writers do
+            out.append(f"{fam.name}{braces} {_value(s, go)}\n")
     return "".join(out)

@@ -70,7 +70,9 @@ def incidents(state: NodeHardware) -> list[Incident]:
                 mine.append(_incident(g, "NVLINK system", "nvlink_down", True, link=link.link))
         if g.clock_event_reasons & 0x60:
             mine.append(_incident(g, "Thermal system", "thermal", False))
-        for xid in sorted({x.xid for x in state.xids if x.gpu == g.index}):
+        # DCGM knows the XIDs it saw since its host engine last started (a GPU reset restarts it)
+        seen = {x.xid for x in state.xids if x.gpu == g.index and x.time >= g.dcgm_xid_since}
+        for xid in sorted(seen):
             mine.append(_incident(g, _xid_system(xid), "xid", True, xid=xid))
         order = ["PCIe system", "NVLINK system", "Memory system", "SM system", "Thermal system"]
         found += sorted(mine, key=lambda i: order.index(i.system))

@@ -39,6 +39,12 @@ HCA_FW = "28.39.1002"
 HCA_BOARD_ID = "MT_0000000838"
 HCA_CAPABILITY_MASK = "0xa751e848"
 SM_LID = 1
+# nvmlDeviceGpuRecoveryAction_t (NVML; DCGM field 1523 DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION)
+RECOVERY_NONE = 0
+RECOVERY_GPU_RESET = 1
+RECOVERY_NODE_REBOOT = 2
+RECOVERY_DRAIN_P2P = 3
+RECOVERY_DRAIN_AND_RESET = 4
 
 # sysfs counter file names under ports/1/counters and ports/1/hw_counters (mlx5, genuine names).
 IB_COUNTERS = (
@@ -139,6 +145,12 @@ class Gpu:
     last_xid: int = 0
     reset_required: bool = False
     drain_and_reset_recommended: bool = False
+    # NVML nvmlDeviceGpuRecoveryAction_t as DCGM field 1523 reports it: what the driver asks for now
+    recovery_action: int = RECOVERY_NONE
+    # Start of DCGM's own view of this GPU's XIDs: resetting a GPU means stopping the DCGM host
+    # engine (it holds the device), whose field cache - the last XID and the XID count window -
+    # starts empty again. The kernel log keeps the events.
+    dcgm_xid_since: float = 0.0
     energy_mj: int = 0
     nvlinks: list[NvLink] = field(default_factory=list)
 
@@ -213,7 +225,7 @@ class XidEvent:
 class NodeHardware:
     node: str
     seed: int
-    boot_time: float
+    boot_time: float  # unix seconds of the current kernel boot (/proc/stat btime)
     driver_version: str = DRIVER_VERSION
     cuda_version: str = CUDA_VERSION
     gpus: list[Gpu] = field(default_factory=list)

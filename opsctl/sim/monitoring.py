@@ -10,7 +10,12 @@ The ``monitoring`` add-on of ``SimCluster`` (``SimCluster(addons=["monitoring"])
 - writes ``[prometheus] url`` into the sim's opsctl.toml.
 
 ``inject(sim, node, fault)`` and ``heal(sim, node)`` change a node's state file (the exporter serves
-it on the next scrape); ``slurmd_stopped`` also stops that node's real slurmd, and healing starts it.
+it on the next scrape); ``slurmd_stopped`` also stops that node's real slurmd, and healing starts it;
+``reboot`` restarts it.
+
+``MonitoringAddon(xid_window_ms=...)`` sets the emulated dcgm-exporter's XID count window (its
+``--xid-count-window-size``); register such an instance under its own name (``register_addon``) to
+start a sim with it.
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from opsctl.errors import ConfigError, UsageError
-from opsctl.hwsim.faults import apply_fault
+from opsctl.hwsim.faults import apply_fault, parse_spec
 from opsctl.hwsim.faults import heal as heal_state
+from opsctl.hwsim.metrics import XID_WINDOW_MS
 from opsctl.hwsim.state import NodeHardware, load, make_node, save, state_path
 
 if TYPE_CHECKING:
@@ -128,8 +134,9 @@ def set_prometheus_url(config_path: Path, url: str) -> None:
 class MonitoringAddon:
     name = "monitoring"
 
-    def __init__(self, ready_timeout: float | None = None) -> None:
+    def __init__(self, ready_timeout: float | None = None, xid_window_ms: int = XID_WINDOW_MS) -> None:
         self.ready_timeout = ready_timeout
+        self.xid_window_ms = xid_window_ms
 
     def start(self, sim: SimCluster) -> None:
         prometheus = shutil.which("prometheus")
@@ -156,6 +163,8 @@ class MonitoringAddon:
             str(hw),
             "--ports-file",
             str(ports_file),
+            "--xid-count-window-size",
+            str(self.xid_window_ms),
         ]
         for node in nodes:
             argv += ["--node", node]
@@ -251,8 +260,13 @@ def inject(sim: SimCluster, node: str, fault: str, *, dry_run: bool = False) -> 
     if dry_run:
         return state
     save(state, path)
-    if not state.slurmd_up and sim.slurmd_running(node):
+    running = sim.slurmd_running(node)
+    if not state.slurmd_up and running:
         sim.stop_slurmd(node)
+    elif parse_spec(fault).name == "reboot" and sim.load_state() is not None:
+        if running:  # the node's daemons start again with the new boot
+            sim.stop_slurmd(node)
+        sim.start_slurmd(node)
     return state
 
 

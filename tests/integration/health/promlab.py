@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import math
 import os
 import shutil
 import socket
@@ -45,6 +46,12 @@ class NodeHw:
     ib_counters: dict[tuple[str, str], int] = field(default_factory=dict)
     exporter_up: bool = True
     hostname_label: str = "Hostname"  # dcgm-exporter < 3.3 used Hostname, later hostname
+    boot_time: float = field(default_factory=lambda: float(int(time.time()) - 86400))
+
+    def reboot(self) -> None:
+        """A new boot: the XIDs go with the old one (the count history stays in Prometheus)."""
+        self.xids.clear()
+        self.boot_time = float(math.ceil(time.time()))
 
 
 def render(hw: NodeHw) -> bytes:
@@ -79,14 +86,20 @@ def render(hw: NodeHw) -> bytes:
         temp.labels(*labels).set(35 + i)
         last = [x for (g, x), n in hw.xids.items() if g == i and n]
         xid_last.labels(*labels).set(last[-1] if last else 0)
-        for (g, x), n in hw.xids.items():
-            if g == i:
-                xid_count.labels(*labels, "300000", str(x)).set(n)
+        counted = [(x, n) for (g, x), n in hw.xids.items() if g == i]
+        for x, n in counted:
+            xid_count.labels(*labels, "300000", str(x)).set(n)
+        if not counted:
+            # dcgm-exporter's zero series of a GPU without XIDs has no xid label; an empty label
+            # value is the same thing to Prometheus
+            xid_count.labels(*labels, "300000", "").set(0)
         dbe.labels(*labels).set(hw.ecc_dbe.get(i, 0))
         remap.labels(*labels).set(1 if i in hw.remap_failure else 0)
         gen.labels(*labels).set(5)
         width.labels(*labels).set(16)
         reasons.labels(*labels).set(0)
+    boot = Gauge("node_boot_time_seconds", "Node boot time, in unixtime.", [hw.hostname_label], registry=reg)
+    boot.labels(hw.name).set(hw.boot_time)
     il = ["device", "port", hw.hostname_label]
     state = Gauge("node_infiniband_state_id", "State of the InfiniBand port", il, registry=reg)
     phys = Gauge(

@@ -1,90 +1,207 @@
-"""PrometheusSource against a real Prometheus scraping emulated exporters."""
+"""PrometheusSource on the simulated cluster: the hwsim exporters (dcgm-exporter and node_exporter
+series as the real ones serve them) scraped every 5 s by a real Prometheus, a real slurmctld for
+the node list. The emulated dcgm-exporter runs with a 10 s XID count window (its
+--xid-count-window-size), so "an XID older than the exporter's window" takes seconds, not 5 minutes.
+"""
 
 from __future__ import annotations
 
+import json
+import shutil
+import tempfile
 import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
-from promlab import Exporters, NodeHw, prometheus, wait_until
+from promlab import free_port, wait_until
 
-from opsctl.checks import Status, judge, load_thresholds
+from opsctl.checks import judge, load_thresholds
 from opsctl.errors import Unreachable
+from opsctl.evidence.model import Evidence
 from opsctl.evidence.prometheus import PrometheusSource
+from opsctl.sim import monitoring
+from opsctl.sim.addons import register_addon
+from opsctl.sim.cluster import SimCluster
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.integration  # about 90 s on 2 cores
 
-NODES = [f"gpu-{i:03d}" for i in range(1, 9)]
+NEEDED = ("munged", "slurmctld", "slurmd", "sinfo", "prometheus")
+XID_WINDOW_MS = 10_000
+ADDON = "monitoring-xid10s"
 
 
 @pytest.fixture(scope="module")
-def lab():
-    hw = [NodeHw(n, hostname_label="hostname" if i % 2 else "Hostname") for i, n in enumerate(NODES)]
-    exporters = Exporters(hw)
+def sim() -> Iterator[SimCluster]:
+    missing = [p for p in NEEDED if shutil.which(p) is None]
+    if missing:
+        pytest.fail(f"needs {missing} (scripts/bootstrap.sh installs them)", pytrace=False)
+    register_addon(ADDON, lambda: monitoring.MonitoringAddon(xid_window_ms=XID_WINDOW_MS))
+    # a short path: munge's socket lives inside and unix socket paths are limited to 107 bytes
+    state_dir = Path(tempfile.mkdtemp(prefix="psrc", dir="/tmp"))
+    cluster = SimCluster(nodes=4, state_dir=state_dir, addons=[ADDON])
     try:
-        with prometheus(exporters) as url:
-            yield exporters, url
+        cluster.up()
+        yield cluster
     finally:
-        exporters.close()
+        try:
+            cluster.down()
+        finally:
+            shutil.rmtree(state_dir, ignore_errors=True)
 
 
-def statuses(url: str, stale_after: float = 5.0) -> dict[str, tuple[str, list[str]]]:
-    src = PrometheusSource(url, stale_after=stale_after, window_seconds=60)
-    reports = judge(src.collect(NODES, time.time()), load_thresholds(), time.time())
-    return {r.node: (r.status.value, sorted({v.code for v in r.problems})) for r in reports}
+def url(sim: SimCluster) -> str:
+    info = monitoring.load_info(sim)
+    assert info is not None
+    return info.prometheus_url
 
 
-def test_faults_show_on_their_node_only_and_a_dropped_exporter_is_unknown(lab):
-    exporters, url = lab
-    wait_until(lambda: all(s == ("OK", []) for s in statuses(url).values()))
-    # both label spellings (Hostname, hostname) were read: all 8 nodes are OK, none unknown
-    with exporters.lock:
-        exporters.nodes["gpu-002"].xids[(3, 79)] = 1
-        exporters.nodes["gpu-003"].missing_gpus.add(5)
-        exporters.nodes["gpu-004"].ib_down.add("mlx5_2")
-        exporters.nodes["gpu-005"].remap_failure.add(1)
-        exporters.nodes["gpu-006"].exporter_up = False
-        exporters.nodes["gpu-007"].ib_counters[("mlx5_1", "link_downed")] = 3
+def source(sim: SimCluster, **kw: Any) -> PrometheusSource:
+    return PrometheusSource(url(sim), stale_after=15.0, window_seconds=60, **kw)
+
+
+def evidence(sim: SimCluster, node: str, **kw: Any) -> Evidence:
+    (ev,) = source(sim, **kw).collect([node], time.time())
+    return ev
+
+
+def problems(sim: SimCluster, **kw: Any) -> dict[str, tuple[str, list[str]]]:
+    reports = judge(source(sim, **kw).collect(sim.node_names, time.time()), load_thresholds(), time.time())
+    return {
+        r.node: (r.status.value, sorted(f"{v.code}:{v.status.value}" for v in r.problems)) for r in reports
+    }
+
+
+def instant(sim: SimCluster, query: str) -> list[dict[str, Any]]:
+    q = urllib.parse.urlencode({"query": query})
+    with urllib.request.urlopen(f"{url(sim)}/api/v1/query?{q}", timeout=10) as resp:
+        return list(json.loads(resp.read())["data"]["result"])
+
+
+@pytest.fixture
+def healed(sim: SimCluster) -> Iterator[SimCluster]:
+    wait_until(lambda: all(p == ("OK", []) for p in problems(sim).values()), timeout=60, interval=1)
+    yield sim
+    for node in sim.node_names:
+        monitoring.heal(sim, node)
+
+
+def test_node_exporter_down_on_one_node_is_unknown_for_its_families_not_fail(healed: SimCluster) -> None:
+    sim = healed
+    before = evidence(sim, "gpu-002")
+    assert before.boot_id.startswith("boot-") and before.ib_ports and before.xid_mode == "count"
+    monitoring.inject(sim, "gpu-002", "exporter_down=node")
     want = {
         "gpu-001": ("OK", []),
-        "gpu-002": ("FAIL", ["gpu-xid"]),
-        "gpu-003": ("FAIL", ["gpu-count"]),
-        "gpu-004": ("FAIL", ["ib-port"]),
-        "gpu-005": ("FAIL", ["gpu-row-remap"]),
-        "gpu-006": ("UNKNOWN", ["evidence"]),
-        "gpu-007": ("FAIL", ["ib-errors"]),
-        "gpu-008": ("OK", []),
+        "gpu-002": ("UNKNOWN", ["ib-errors:UNKNOWN", "ib-port:UNKNOWN"]),
+        "gpu-003": ("OK", []),
+        "gpu-004": ("OK", []),
     }
-    got = wait_until(lambda: (s := statuses(url)) == want and s, timeout=30)
-    assert got == want
+    got = wait_until(lambda: (p := problems(sim)) == want and p, timeout=40, interval=1)
+    assert got == want  # never FAIL "no InfiniBand port", and the GPU checks still judge the node
+    ev = evidence(sim, "gpu-002")
+    assert (ev.ib_ports, ev.boot_id, ev.boot_time, ev.gpu_count) == (None, "", None, 8)
 
 
-def test_xid_count_series_is_preferred_and_evidence_is_precise(lab):
-    exporters, url = lab
-    with exporters.lock:
-        exporters.nodes["gpu-008"].xids[(6, 48)] = 2
-    src = PrometheusSource(url, stale_after=5.0, window_seconds=60)
+def test_an_xid_older_than_the_exporter_window_but_inside_the_policy_window_still_fails(
+    healed: SimCluster,
+) -> None:
+    sim = healed
+    t0 = time.time()
+    monitoring.inject(sim, "gpu-003", "xid=79,gpu=5")
+    counted = 'DCGM_EXP_XID_ERRORS_COUNT{node="gpu-003",xid="79"}'
+    wait_until(lambda: instant(sim, counted), timeout=30, interval=1)
+    # dcgm-exporter's own window (10 s) lets go of it: the exporter now serves the zero series only
+    wait_until(lambda: not instant(sim, counted), timeout=40, interval=1)
+    assert instant(sim, 'DCGM_EXP_XID_ERRORS_COUNT{node="gpu-003",gpu="5"}')[0]["value"][1] == "0"
+    assert problems(sim)["gpu-003"] == ("FAIL", ["gpu-xid:FAIL"])
+    (e,) = evidence(sim, "gpu-003").xids or []
+    assert (e.xid, e.gpu, e.count) == (79, 5, 1)
+    # stamped with the last scrape that still counted it: after the event, within the exporter window
+    assert e.time is not None and t0 <= e.time <= t0 + XID_WINDOW_MS / 1000 + 10
+    # a policy window shorter than the time since then has nothing: the window is what decides
+    time.sleep(max(0.0, e.time + 6 - time.time()))
+    assert problems(sim, xid_window_seconds=5)["gpu-003"] == ("OK", [])
 
-    def xid_verdict():
-        (ev,) = src.collect(["gpu-008"], time.time())
-        (report,) = judge([ev], load_thresholds(), time.time())
-        return [v for v in report.problems if v.code == "gpu-xid"]
 
-    (v,) = wait_until(xid_verdict)
-    assert (v.status, v.gpu, v.evidence["xid"], v.evidence["count"], v.evidence["action"]) == (
-        Status.FAIL,
-        6,
-        48,
-        2,
-        "reset_gpu",
-    )
+def test_a_reboot_is_a_new_boot_id_and_clears_the_recovery_action(healed: SimCluster) -> None:
+    sim = healed
+    before = evidence(sim, "gpu-004")
+    monitoring.inject(sim, "gpu-004", "xid=79,gpu=2")
+    faulty = wait_until(lambda: (ev := evidence(sim, "gpu-004")).gpus[2].recovery_action == "reboot" and ev)
+    assert faulty.boot_id == before.boot_id and [g.recovery_action for g in faulty.gpus].count("none") == 7
+    monitoring.inject(sim, "gpu-004", "reboot")
+    after = wait_until(lambda: (ev := evidence(sim, "gpu-004")).boot_id != before.boot_id and ev, timeout=30)
+    assert after.boot_time is not None and before.boot_time is not None and after.boot_time > before.boot_time
+    assert {g.recovery_action for g in after.gpus} == {"none"} and after.gpu_count == 8
+    # the XID is still in the policy window, but was last counted before this boot: history
+    (e,) = after.xids or []
+    assert e.xid == 79 and e.time is not None and e.time < after.boot_time
+    assert e.boot_id == f"before-{after.boot_id}"
+    assert problems(sim)["gpu-004"] == ("OK", [])
+    assert sim.slurmd_running("gpu-004")
 
 
-def test_unknown_node_name_is_unknown_and_unreachable_prometheus_raises(lab):
-    _, url = lab
-    src = PrometheusSource(url, stale_after=5.0)
-    (ev,) = src.collect(["gpu-999"], time.time())
+def test_a_gpu_reset_clears_its_recovery_action_and_pending_remap_within_the_boot(healed: SimCluster) -> None:
+    sim = healed
+    monitoring.inject(sim, "gpu-001", "ecc_dbe,gpu=1")
+    monitoring.inject(sim, "gpu-001", "thermal,gpu=6")
+    faulty = wait_until(lambda: (ev := evidence(sim, "gpu-001")).gpus[1].recovery_action == "reset" and ev)
+    assert faulty.gpus[1].remap_pending is True and faulty.gpus[1].ecc_dbe_volatile == 1
+    assert [g.index for g in faulty.gpus if g.thermal_throttle] == [6]
+    monitoring.inject(sim, "gpu-001", "gpu_reset,gpu=1")
+    reset = wait_until(lambda: (ev := evidence(sim, "gpu-001")).gpus[1].recovery_action == "none" and ev)
+    g = reset.gpus[1]
+    assert (g.remap_pending, g.ecc_dbe_volatile, reset.boot_id) == (False, 0, faulty.boot_id)
+    assert reset.gpus[6].thermal_throttle is True  # another GPU's fault is not touched by the reset
+
+
+def test_coverage_through_the_real_binary(healed: SimCluster, run_opsctl: Any) -> None:
+    sim = healed
+    cfg = str(sim.config_path)
+
+    def cover(*args: str) -> tuple[int, dict[str, Any]]:
+        proc = run_opsctl("--config", cfg, "health", "--coverage", "--json", *args)
+        assert "Traceback" not in proc.stderr, proc.stderr
+        return proc.returncode, json.loads(proc.stdout)
+
+    rc, doc = cover()
+    checks = {c["code"]: c for c in doc["checks"]}
+    assert rc == 0 and doc["ok"] and doc["source"] == "prometheus" and doc["nodes"] == 4
+    assert doc["xid_modes"] == {"count": sim.node_names} and not doc["last_value_xids"]
+    for code in ("gpu-count", "gpu-xid", "gpu-ecc-dbe", "gpu-row-remap"):
+        assert checks[code]["required"] and checks[code]["status"] == "all", code
+    assert checks["ib-port"]["status"] == "all" and checks["mount"]["status"] == "none"
+    monitoring.inject(sim, "gpu-003", "exporter_down=node")
+
+    def ib_port() -> dict[str, Any]:
+        return next(c for c in cover()[1]["checks"] if c["code"] == "ib-port")
+
+    assert wait_until(lambda: (c := ib_port())["status"] == "some" and c, timeout=40)["lacking"] == [
+        "gpu-003"
+    ]
+    rc, doc = cover()
+    checks = {c["code"]: c for c in doc["checks"]}
+    assert rc == 0 and checks["ib-errors"]["lacking"] == ["gpu-003"]
+    assert doc["nodes_lacking_required"] == {}  # the required checks are all GPU facts: still there
+    # a required check this source cannot evaluate anywhere: exit 1, and the table says which
+    sim.set_config("health", required_checks=["gpu-xid", "slurmd"])
+    try:
+        rc, doc = cover()
+        assert rc == 1 and doc["missing_required"] == ["slurmd"]
+        table = run_opsctl("--config", cfg, "health", "--coverage")
+        assert table.returncode == 1 and "required checks without evidence: slurmd" in table.stdout
+        bad = run_opsctl("--config", cfg, "health", "--coverage", "--remediate")
+        assert bad.returncode == 2 and bad.stderr.startswith("opsctl: error:")
+    finally:
+        sim.set_config("health", required_checks=["gpu-count", "gpu-xid", "gpu-ecc-dbe", "gpu-row-remap"])
+
+
+def test_unknown_node_is_unknown_and_unreachable_prometheus_raises(sim: SimCluster) -> None:
+    (ev,) = source(sim).collect(["gpu-999"], time.time())
     assert not ev.reachable and "no dcgm-exporter series" in ev.error
-    from promlab import free_port
-
     with pytest.raises(Unreachable):
-        PrometheusSource(f"http://127.0.0.1:{free_port()}", timeout=2).collect(NODES, time.time())
+        PrometheusSource(f"http://127.0.0.1:{free_port()}", timeout=2).collect(["gpu-001"], time.time())

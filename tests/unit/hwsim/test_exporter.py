@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from opsctl.hwsim.exporter import MultiExporter
 from opsctl.hwsim.faults import apply_fault
 from opsctl.hwsim.metrics import families, go_float, render_text
+from opsctl.hwsim.render_dmesg import render_dmesg
 from opsctl.hwsim.state import NodeHardware, ensure_node, load, save, state_path
 
 NODES = ["gpu-001", "gpu-002", "gpu-003"]
@@ -96,7 +97,11 @@ def test_each_node_has_its_own_port_with_dcgm_labels(exporter: MultiExporter, fi
         "DCGM_FI_DEV_PCIE_LINK_WIDTH",
     ]:  # fmt: skip
         assert len(series[name]) == 8, name
-    assert "DCGM_EXP_XID_ERRORS_COUNT" not in series  # no XID in the window: no series, as upstream
+    # no XID in the window: one zero series per GPU without an xid label, as upstream's collector
+    xids = series["DCGM_EXP_XID_ERRORS_COUNT"]
+    assert sorted(int(labels["gpu"]) for labels, _ in xids) == list(range(8))
+    assert all("xid" not in labels and labels["window_size_in_ms"] == "300000" for labels, _ in xids)
+    assert {v for _, v in xids} == {0.0}
     free = {labels["gpu"]: v for labels, v in series["DCGM_FI_DEV_FB_FREE"]}
     assert free["0"] == 143771 - 551
 
@@ -127,15 +132,18 @@ def test_faults_show_on_the_next_scrape(exporter: MultiExporter, tmp_path: Path)
     _edit(tmp_path, "gpu-003", "ecc_dbe,gpu=1")
     _edit(tmp_path, "gpu-003", "gpu_missing=6")
     series = _scrape(port)
-    counts = {(labels["gpu"], labels["xid"]): v for labels, v in series["DCGM_EXP_XID_ERRORS_COUNT"]}
-    assert counts == {("3", "79"): 1.0, ("1", "48"): 1.0}
+    counts = {(labels["gpu"], labels.get("xid")): v for labels, v in series["DCGM_EXP_XID_ERRORS_COUNT"]}
+    assert counts == {("3", "79"): 1.0, ("1", "48"): 1.0} | {(g, None): 0.0 for g in "02457"}
     assert all(labels["window_size_in_ms"] == "300000" for labels, _ in series["DCGM_EXP_XID_ERRORS_COUNT"])
     last = {labels["gpu"]: v for labels, v in series["DCGM_FI_DEV_XID_ERRORS"]}
     assert last == {"0": 0, "1": 48, "2": 0, "3": 79, "4": 0, "5": 0, "7": 0}  # GPU 6 has no series
     dbe = {labels["gpu"]: v for labels, v in series["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"]}
     assert dbe["1"] == 1 and dbe["0"] == 0
+    # The recovery action the driver asks for (DCGM field 1523): a reboot for 79, a reset for 48.
+    action = {labels["gpu"]: v for labels, v in series["DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION"]}
+    assert (action["3"], action["1"], action["0"]) == (2, 1, 0)
     # The other nodes are untouched.
-    assert "DCGM_EXP_XID_ERRORS_COUNT" not in _scrape(exporter.ports()["gpu-001"])
+    assert {v for _, v in _scrape(exporter.ports()["gpu-001"])["DCGM_EXP_XID_ERRORS_COUNT"]} == {0.0}
 
 
 def test_xid_count_leaves_the_window(tmp_path: Path) -> None:
@@ -144,7 +152,26 @@ def test_xid_count_leaves_the_window(tmp_path: Path) -> None:
     hw.xids[0].time = time.time() - 301
     apply_fault(hw, "xid=31")
     fams = {f.name: f for f in families(hw)}
-    assert [s.labels["xid"] for s in fams["DCGM_EXP_XID_ERRORS_COUNT"].samples] == ["31"]
+    assert [s.labels["xid"] for s in fams["DCGM_EXP_XID_ERRORS_COUNT"].samples if "xid" in s.labels] == ["31"]
+    # dcgm-exporter's --xid-count-window-size: a 10 s window has let both go
+    short = {f.name: f for f in families(hw, now=time.time() + 11, xid_window_ms=10000)}
+    samples = short["DCGM_EXP_XID_ERRORS_COUNT"].samples
+    assert len(samples) == 8
+    assert all(s.value == 0 and s.labels["window_size_in_ms"] == "10000" for s in samples)
+
+
+def test_a_gpu_reset_empties_dcgms_view_but_not_the_kernel_log(node: NodeHardware) -> None:
+    apply_fault(node, "ecc_dbe,gpu=2")
+    apply_fault(node, "xid=13,gpu=5")
+    apply_fault(node, "gpu_reset,gpu=2")
+    fams = {f.name: f for f in families(node)}
+    xid_samples = fams["DCGM_EXP_XID_ERRORS_COUNT"].samples
+    counts = {(s.labels["gpu"], s.labels.get("xid")): s.value for s in xid_samples}
+    assert counts[("2", None)] == 0 and counts[("5", "13")] == 1 and ("2", "48") not in counts
+    names = ("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION", "DCGM_FI_DEV_ROW_REMAP_PENDING")
+    by_gpu = {name: {s.labels["gpu"]: s.value for s in fams[name].samples} for name in names}
+    assert [by_gpu[name]["2"] for name in names] == [0, 0, 0] and by_gpu["DCGM_FI_DEV_XID_ERRORS"]["5"] == 13
+    assert "NVRM: Xid (PCI:0000:3a:00): 48," in render_dmesg(node)
 
 
 def test_exporter_down_refuses_connections_and_comes_back(exporter: MultiExporter, tmp_path: Path) -> None:
@@ -162,7 +189,10 @@ def test_exporter_down_refuses_connections_and_comes_back(exporter: MultiExporte
 def test_only_one_exporter_down_drops_only_its_series(node: NodeHardware) -> None:
     apply_fault(node, "exporter_down=dcgm")
     names = {f.name for f in families(node)}
-    assert names and all(n.startswith("node_infiniband_") for n in names)
+    assert names and all(n.startswith("node_") for n in names)
+    assert "node_boot_time_seconds" in names and "node_infiniband_state_id" in names
+    apply_fault(node, "exporter_down=node")
+    assert families(node) == []
 
 
 def test_text_is_valid_and_typed_like_the_go_exporters(node: NodeHardware) -> None:
@@ -175,6 +205,9 @@ def test_text_is_valid_and_typed_like_the_go_exporters(node: NodeHardware) -> No
     assert 'DCGM_FI_DEV_POWER_USAGE{gpu="0"' in text and text.count("\n# HELP ") + 1 == len(types)
     power = next(line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_POWER_USAGE{"))
     assert power.rsplit(" ", 1)[1] == f"{node.gpu(0).power_draw_w:f}"
+    # the stat collector's boot time: /proc/stat's integer btime, no labels, Go's float format
+    assert f"\nnode_boot_time_seconds {go_float(float(int(node.boot_time)))}\n" in text
+    assert parsed["node_boot_time_seconds"] == "gauge"
 
 
 @pytest.mark.parametrize(

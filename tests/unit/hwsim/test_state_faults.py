@@ -7,7 +7,18 @@ import pytest
 
 from opsctl.errors import EXIT_USAGE
 from opsctl.hwsim.faults import FAULTS, FaultError, apply_fault, heal
-from opsctl.hwsim.state import FB_TOTAL_MIB, NodeHardware, ensure_node, load, make_node, save, state_path
+from opsctl.hwsim.state import (
+    FB_TOTAL_MIB,
+    RECOVERY_GPU_RESET,
+    RECOVERY_NODE_REBOOT,
+    RECOVERY_NONE,
+    NodeHardware,
+    ensure_node,
+    load,
+    make_node,
+    save,
+    state_path,
+)
 
 NOW = 1_796_000_000.0
 
@@ -91,6 +102,73 @@ def test_row_remap_failure_exporter_and_slurmd(node: NodeHardware) -> None:
 
 
 @pytest.mark.parametrize(
+    ("specs", "actions"),
+    [
+        (["xid=79,gpu=3"], {3: RECOVERY_NODE_REBOOT}),
+        (["ecc_dbe,gpu=2"], {2: RECOVERY_GPU_RESET}),
+        (["nvlink_down,gpu=4,link=2"], {4: RECOVERY_GPU_RESET}),
+        (["xid=13,gpu=1", "xid=45,gpu=1"], {}),  # application XIDs: the GPU needs nothing
+        (["xid=79,gpu=5", "xid=48,gpu=5"], {5: RECOVERY_NODE_REBOOT}),  # the stronger action stays
+        (["xid=48,gpu=5", "xid=79,gpu=5"], {5: RECOVERY_NODE_REBOOT}),
+    ],
+)
+def test_faults_set_the_recovery_action_the_driver_would(
+    node: NodeHardware, specs: list[str], actions: dict[int, int]
+) -> None:
+    for spec in specs:
+        apply_fault(node, spec)
+    assert {g.index: g.recovery_action for g in node.gpus if g.recovery_action != RECOVERY_NONE} == actions
+
+
+def test_gpu_reset_clears_that_gpu_within_the_same_boot(node: NodeHardware) -> None:
+    for spec in ("ecc_dbe,gpu=2", "nvlink_down,gpu=2,link=5", "ecc_dbe,gpu=3", "busy"):
+        apply_fault(node, spec)
+    boot = node.boot_time
+    before = time.time()
+    apply_fault(node, "gpu_reset,gpu=2")
+    g, other = node.gpu(2), node.gpu(3)
+    assert (g.ecc_dbe_volatile, g.remapped_rows_pending, g.recovery_action, g.last_xid) == (0, False, 0, 0)
+    assert not g.reset_required and all(link.up for link in g.nvlinks) and g.gpu_util_pct == 0
+    # what lasts: the aggregate count and the remapped row; DCGM's XID view restarts, the kernel log
+    # keeps the lines
+    assert (g.ecc_dbe_aggregate, g.remapped_rows_uncorrectable) == (1, 1)
+    assert g.dcgm_xid_since >= before and [x.gpu for x in node.xids if x.xid == 48] == [2, 3]
+    assert node.boot_time == boot
+    assert (other.ecc_dbe_volatile, other.recovery_action, other.remapped_rows_pending) == (1, 1, True)
+
+
+def test_gpu_reset_cannot_reach_a_gpu_that_needs_a_reboot(node: NodeHardware) -> None:
+    apply_fault(node, "xid=79,gpu=1")
+    apply_fault(node, "gpu_missing=6")
+    before = node.to_dict()
+    for spec, why in (("gpu_reset,gpu=1", "needs a node reboot"), ("gpu_reset,gpu=6", "not on the bus")):
+        with pytest.raises(FaultError, match=why):
+            apply_fault(node, spec)
+    assert node.to_dict() == before
+
+
+def test_reboot_clears_volatile_state_and_keeps_damage(node: NodeHardware) -> None:
+    for spec in (
+        "xid=79,gpu=3", "ecc_dbe,gpu=1", "row_remap_failure,gpu=6", "gpu_missing=4", "ib_down=mlx5_2",
+        "nvlink_down,gpu=0,link=1", "thermal,gpu=5", "exporter_down", "slurmd_stopped", "busy",
+    ):  # fmt: skip
+        apply_fault(node, spec)
+    before = time.time()
+    apply_fault(node, "reboot")
+    assert node.boot_time >= before and node.xids == []
+    assert all(g.recovery_action == 0 and not g.reset_required and g.last_xid == 0 for g in node.gpus)
+    assert all(link.up for g in node.gpus for link in g.nvlinks)
+    assert all(g.gpu_util_pct == 0 and g.ecc_dbe_volatile == 0 for g in node.gpus)
+    assert not node.gpu(1).remapped_rows_pending and node.gpu(1).ecc_dbe_aggregate == 1
+    assert node.gpu(5).clock_event_reasons & 0x40 == 0
+    assert node.slurmd_up and node.dcgm_exporter_up and node.node_exporter_up
+    # damage stays until heal: the failed remap, the lost GPU, the dead port
+    assert node.gpu(6).remapped_rows_failure and not node.gpu(4).present
+    assert node.hca("mlx5_2").state == "Down"
+    assert node.faults[-1] == "reboot"
+
+
+@pytest.mark.parametrize(
     "spec",
     ["bogus", "xid", "xid=abc", "xid=79,gpu=9", "ib_down=mlx5_9", "gpu_missing=x", "xid=79,gpu", "", "xid=0"],
 )
@@ -111,13 +189,15 @@ def test_heal_restores_the_seeded_node(node: NodeHardware) -> None:
     specs = ["xid=79", "ecc_dbe,gpu=1", "gpu_missing=3", "ib_down=mlx5_2", "exporter_down", "slurmd_stopped"]
     for spec in specs:
         apply_fault(node, spec)
-    heal(node, now=NOW)
-    assert node == make_node("gpu-007", now=NOW)
+    heal(node, now=NOW + 60)
+    repaired = make_node("gpu-007", now=NOW + 60)
+    repaired.boot_time = NOW + 60  # a repaired node has been rebooted
+    assert node == repaired
 
 
 def test_every_fault_is_documented() -> None:
     required = {"xid", "ecc_dbe", "gpu_missing", "ib_down", "row_remap_failure"}
-    required |= {"exporter_down", "slurmd_stopped"}
+    required |= {"exporter_down", "slurmd_stopped", "reboot", "gpu_reset"}
     assert required <= set(FAULTS)
 
 

@@ -231,12 +231,17 @@ def test_an_unreadable_node_keeps_its_probe_streak():
 
 
 def test_refusal_in_last_value_mode_and_without_required_evidence():
-    r = ok("gpu-001")
-    r.xid_mode = "last-value"
-    assert "last value" in remediation_refusal([r], ["gpu-xid"])
-    r.xid_mode = "count"
-    assert remediation_refusal([r], ["gpu-xid"]) == ""
-    assert "gpu-ecc-dbe" in remediation_refusal([r], ["gpu-xid", "gpu-ecc-dbe"])
+    from opsctl.evidence.model import Evidence
+
+    ev = Evidence("gpu-001", "prometheus", NOW, gpu_count=8, provides=frozenset({"gpu_count", "xid"}),
+                  xids=[], xid_mode="last-value")
+    assert "last value" in remediation_refusal([ev], ["gpu-xid"])
+    ev.xid_mode = "count"
+    assert remediation_refusal([ev], ["gpu-xid"]) == ""
+    assert "gpu-ecc-dbe" in remediation_refusal([ev], ["gpu-xid", "gpu-ecc-dbe"])
+    # nothing readable: every node is UNKNOWN, there is nothing to refuse
+    gone = Evidence("gpu-001", "prometheus", NOW, reachable=False)
+    assert remediation_refusal([gone], ["gpu-xid", "gpu-ecc-dbe"]) == ""
 
 
 @dataclass
@@ -372,3 +377,34 @@ def test_diag_before_resume_keeps_a_node_whose_diagnostic_fails_and_waits_for_id
     assert got["gpu-001"][0] == "resume" and "diag -r 1 passed" in got["gpu-001"][1]
     assert got["gpu-002"][0] == "keep" and "DBE in memtest" in got["gpu-002"][1]
     assert got["gpu-003"][0] == "keep" and "idle" in got["gpu-003"][1]
+
+
+def test_the_xid_a_proven_reset_dealt_with_does_not_hold_the_node():
+    """After `nvidia-smi -r` the XID 48 stays in the exporter's count window, but the driver no longer
+    asks for a reset: that XID is history; any other failure still holds the node."""
+    nodes = cluster()
+    slurm = RecordingSlurm(nodes)
+    cfg = PolicyConfig(resume_after_clean=2)
+    state = PolicyState()
+    dbe = failing("gpu-003", "gpu-xid", "reset_gpu", recovery="reset", xid=48)
+    run(nodes, reports(nodes, {"gpu-003": dbe}), state, cfg, NOW, slurm)
+    after_reset = failing("gpu-003", "gpu-xid", "reset_gpu", recovery="none", xid=48)
+    still_hot = failing("gpu-003", "gpu-xid", "reset_gpu", recovery="none", xid=48)
+    still_hot.verdicts.append(
+        Verdict("gpu-throttle", Status.FAIL, "gpu-003", 3, "thermal", {"action": "restart_app"})
+    )
+    ds = run(nodes, reports(nodes, {"gpu-003": still_hot}), state, cfg, NOW + 30, slurm)
+    assert [d.action for d in ds if d.node == "gpu-003"] == ["keep"] and "still failing" in ds[2].why
+    seen = []
+    for i in range(2):
+        ds = run(nodes, reports(nodes, {"gpu-003": after_reset}), state, cfg, NOW + 60 + 30 * i, slurm)
+        seen += [d.action for d in ds if d.node == "gpu-003"]
+    assert seen == ["keep", "resume"]
+    # the same XID without a reset proof (the driver still asks) holds it
+    state2 = PolicyState()
+    nodes2 = cluster()
+    slurm2 = RecordingSlurm(nodes2)
+    run(nodes2, reports(nodes2, {"gpu-003": dbe}), state2, cfg, NOW, slurm2)
+    for i in range(3):
+        ds = run(nodes2, reports(nodes2, {"gpu-003": dbe}), state2, cfg, NOW + 30 * (i + 1), slurm2)
+        assert actions(ds, "resume") == []

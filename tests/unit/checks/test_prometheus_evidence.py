@@ -1,0 +1,270 @@
+"""build_evidence on query results shaped from the emulator's own series.
+
+``results`` projects what the emulated exporters serve (opsctl.hwsim.metrics, with the sim's
+target labels ``node`` and ``instance``) through each instant query's ``max by (...)`` the way
+Prometheus answers it; counter increases and the XID window history, which need a time series, are
+given explicitly. The real-Prometheus side is tests/integration/health/test_prometheus_source.py.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from opsctl.checks import judge, load_thresholds
+from opsctl.evidence.prometheus import (
+    COUNTERS,
+    NONZERO_GAUGES,
+    REASON_GAUGES,
+    VALUE_GAUGES,
+    XID_COUNT,
+    PrometheusSource,
+    build_evidence,
+)
+from opsctl.hwsim.faults import apply_fault
+from opsctl.hwsim.metrics import families
+from opsctl.hwsim.state import NodeHardware, make_node
+
+NOW = 1_796_000_000.0
+NODES = ["gpu-001", "gpu-002", "gpu-003"]
+Series = dict[str, Any]
+
+
+def _by(query: str, key: str) -> list[str]:
+    """The label list of a query's outermost ``max by (...)`` / ``count by (...)``."""
+    match = re.match(r"(?:max|count) by \(([^)]*)\)", query)
+    assert match, f"{key}: {query}"
+    return [label.strip() for label in match.group(1).split(",")]
+
+
+def results(
+    states: list[NodeHardware],
+    *,
+    counters: list[Series] | None = None,
+    xid_window: dict[tuple[str, int, int], tuple[int, float]] | None = None,
+    drop: dict[str, set[str]] | None = None,
+) -> dict[str, list[Series]]:
+    """The answers of PrometheusSource.queries() for these nodes at NOW. ``xid_window``: (node, gpu,
+    xid) -> (highest count, last time counted) within the XID window; ``drop``: node -> families
+    its exporter does not serve (another counters file)."""
+    qs = PrometheusSource("http://unused").queries()
+    samples: list[dict[str, str]] = []
+    values: list[float] = []
+    for i, st in enumerate(states):
+        target = {"node": st.node, "instance": f"127.0.0.1:{9400 + i}", "job": "hwsim"}
+        for fam in families(st, now=NOW):
+            if fam.name in (drop or {}).get(st.node, set()):
+                continue
+            for s in fam.samples:
+                samples.append({"__name__": fam.name, **s.labels, **target})
+                values.append(s.value)
+
+    def project(labels: dict[str, str], keep: list[str]) -> dict[str, str]:
+        return {k: v for k, v in labels.items() if k in keep}
+
+    def answer(key: str, pick: Any, value: Any = None) -> list[Series]:
+        keep = _by(qs[key], key)
+        merged: dict[tuple[tuple[str, str], ...], float] = {}
+        for labels, v in zip(samples, values, strict=True):
+            if pick(labels, v):
+                k = tuple(sorted(project(labels, keep).items()))
+                merged[k] = max(merged.get(k, float("-inf")), v if value is None else value(labels, v))
+        return [{"metric": dict(k), "value": [NOW, str(v)]} for k, v in merged.items()]
+
+    every = {*NONZERO_GAUGES, *COUNTERS, XID_COUNT}
+    nonzero = set(NONZERO_GAUGES) - set(REASON_GAUGES)
+    present: dict[tuple[tuple[str, str], ...], int] = {}
+    for labels in samples:
+        if labels["__name__"] in every:
+            k = tuple(sorted(project(labels, _by(qs["present"], "present")).items()))
+            present[k] = present.get(k, 0) + 1
+    out = {
+        "fresh": answer(
+            "fresh", lambda lb, v: lb["__name__"] == "DCGM_FI_DEV_GPU_TEMP", lambda lb, v: NOW - 2
+        ),
+        "present": [{"metric": dict(k), "value": [NOW, str(n)]} for k, n in present.items()],
+        "nonzero": answer("nonzero", lambda lb, v: lb["__name__"] in nonzero and v != 0),
+        "reasons": answer("reasons", lambda lb, v: lb["__name__"] in REASON_GAUGES and v >= 0x40),
+        "values": answer("values", lambda lb, v: lb["__name__"] in VALUE_GAUGES),
+        "counters": counters or [],
+        "xid_counts": [],
+        "xid_last": [],
+    }
+    for (node, gpu, xid), (count, last) in (xid_window or {}).items():
+        labels = {"node": node, "Hostname": node, "gpu": str(gpu), "device": f"nvidia{gpu}", "xid": str(xid)}
+        out["xid_counts"].append({"metric": labels, "value": [NOW, str(count)]})
+        out["xid_last"].append({"metric": labels, "value": [NOW, str(last)]})
+    return out
+
+
+def fleet(**faults: str) -> list[NodeHardware]:
+    states = []
+    for node in NODES:
+        st = make_node(node, now=NOW)
+        for spec in filter(None, faults.get(node.replace("-", "_"), "").split(";")):
+            apply_fault(st, spec)
+        states.append(st)
+    return states
+
+
+def evidence(res: dict[str, list[Series]], nodes: list[str] = NODES) -> dict[str, Any]:
+    return {ev.node: ev for ev in build_evidence(nodes, res, NOW, 30.0, 600)}
+
+
+def verdicts(res: dict[str, list[Series]]) -> dict[str, tuple[str, list[str]]]:
+    reports = judge(build_evidence(NODES, res, NOW, 30.0, 600), load_thresholds(), NOW)
+    return {
+        r.node: (r.status.value, sorted({f"{v.code}:{v.status.value}" for v in r.problems})) for r in reports
+    }
+
+
+def test_a_healthy_fleet_reports_every_family_with_boot_identity_and_recovery_action() -> None:
+    states = fleet()
+    evs = evidence(results(states))
+    ev = evs["gpu-002"]
+    assert ev.reachable and ev.gpu_count == 8 and ev.xid_mode == "count" and ev.xids == []
+    assert {"gpu_count", "xid", "ecc", "row_remap", "pcie", "throttle", "ib", "ib_errors"} <= ev.provides
+    assert (
+        ev.boot_time == float(int(states[1].boot_time)) and ev.boot_id == f"boot-{int(states[1].boot_time)}"
+    )
+    assert [g.uuid for g in ev.gpus] == [g.uuid for g in states[1].gpus]  # UUIDs carried for latching
+    assert {g.recovery_action for g in ev.gpus} == {"none"}
+    assert {(g.remap_pending, g.remap_failure, g.ecc_dbe_volatile) for g in ev.gpus} == {(False, False, 0)}
+    assert len(ev.ib_ports) == 8 and all(p.state == "ACTIVE" for p in ev.ib_ports)
+    assert {v for p in ev.ib_ports for v in (p.counter_deltas or {"unknown": None}).values()} == {0}
+    assert list(verdicts(results(states)).values()) == [("OK", [])] * 3
+
+
+def test_node_exporter_down_on_one_node_is_unknown_for_its_families_only() -> None:
+    res = results(fleet(gpu_002="exporter_down=node"))
+    ev = evidence(res)["gpu-002"]
+    # its GPU facts are there; what node_exporter gives is unknown, never "no port" or "no boot"
+    assert ev.reachable and ev.gpu_count == 8 and ev.xids == []
+    assert (ev.ib_ports, ev.boot_id, ev.boot_time) == (None, "", None)
+    assert evidence(res)["gpu-001"].ib_ports is not None
+    assert verdicts(res) == {
+        "gpu-001": ("OK", []),
+        "gpu-002": ("UNKNOWN", ["ib-errors:UNKNOWN", "ib-port:UNKNOWN"]),
+        "gpu-003": ("OK", []),
+    }
+
+
+def test_a_family_one_node_lacks_is_none_there_and_known_elsewhere() -> None:
+    # gpu-003's dcgm-exporter runs another counters file: no row-remap-pending, no recovery action
+    drop = {"gpu-003": {"DCGM_FI_DEV_ROW_REMAP_PENDING", "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION"}}
+    evs = evidence(results(fleet(), drop=drop))
+    assert {(g.remap_pending, g.recovery_action) for g in evs["gpu-003"].gpus} == {(None, None)}
+    assert {(g.remap_pending, g.recovery_action) for g in evs["gpu-001"].gpus} == {(False, "none")}
+    assert {g.remap_failure for g in evs["gpu-003"].gpus} == {False}  # the failure flag still answers
+
+
+def test_ib_counters_the_fleet_has_but_one_node_lacks_are_unknown_not_zero() -> None:
+    drop = {"gpu-001": {f.name for f in families(make_node("gpu-001", now=NOW)) if f.name.endswith("_total")}}
+    evs = evidence(results(fleet(), drop=drop))
+    assert all(p.counter_deltas is None for p in evs["gpu-001"].ib_ports)
+    assert all(p.counter_deltas and set(p.counter_deltas.values()) == {0} for p in evs["gpu-002"].ib_ports)
+
+
+def test_xids_come_from_the_policy_window_with_their_last_counted_time() -> None:
+    # XID 79 on gpu-001 GPU 3 was last counted 20 minutes ago: out of dcgm-exporter's 5-minute
+    # window (its instant count is 0 again) but inside the 1-hour XID policy window
+    res = results(
+        fleet(), xid_window={("gpu-001", 3, 79): (1, NOW - 1200), ("gpu-002", 0, 13): (4, NOW - 30)}
+    )
+    evs = evidence(res)
+    (e,) = evs["gpu-001"].xids
+    assert (e.xid, e.gpu, e.count, e.time) == (79, 3, 1, NOW - 1200)
+    assert evs["gpu-001"].xid_mode == "count"
+    assert verdicts(res)["gpu-001"] == ("FAIL", ["gpu-xid:FAIL"])
+    assert verdicts(res)["gpu-002"] == ("WARN", ["gpu-xid:WARN"])  # an application XID, 4 in a window
+
+
+def test_counted_xids_from_before_the_boot_are_history() -> None:
+    states = fleet()
+    states[0].boot_time = boot = NOW - 600  # rebooted 10 minutes ago: both XIDs are in the window
+    window = {("gpu-001", 3, 79): (1, boot - 5), ("gpu-001", 1, 48): (1, boot + 60)}
+    res = results(states, xid_window=window)
+    ev = evidence(res)["gpu-001"]
+    assert [(e.xid, e.boot_id) for e in ev.xids] == [(48, ev.boot_id), (79, f"before-{ev.boot_id}")]
+    # the 79 was last counted before this boot began: only the 48 of this boot is current
+    assert verdicts(res)["gpu-001"] == ("FAIL", ["gpu-xid:FAIL"])
+    (v,) = [v for r in judge([ev], load_thresholds(), NOW) for v in r.problems]
+    assert v.evidence["xid"] == 48
+
+
+def test_hardware_slowdown_is_read_and_idle_reasons_are_not_a_fault() -> None:
+    res = results(fleet(gpu_001="thermal,gpu=6;ecc_dbe,gpu=6"))
+    assert [s["metric"]["gpu"] for s in res["reasons"]] == ["6"]  # idle (0x1) is not fetched
+    ev = evidence(res)["gpu-001"]
+    assert [g.index for g in ev.gpus if g.thermal_throttle] == [6] and ev.gpus[6].ecc_dbe_volatile == 1
+    assert {g.thermal_throttle for g in evidence(res)["gpu-002"].gpus} == {False}
+
+
+def test_without_the_count_field_xids_are_last_value_only() -> None:
+    drop = {n: {XID_COUNT} for n in NODES}
+    res = results(fleet(gpu_001="xid=79,gpu=3;xid=45,gpu=3"), drop=drop)
+    ev = evidence(res)["gpu-001"]
+    assert ev.xid_mode == "last-value"
+    # the harmless 45 hides the fatal 79: why remediation refuses to act in this mode
+    assert [(e.xid, e.gpu, e.time) for e in ev.xids] == [(45, 3, None)]
+    assert evidence(res)["gpu-002"].xids == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "want"),
+    [
+        ("xid=79,gpu=3", "reboot"),
+        ("ecc_dbe,gpu=3", "reset"),
+        ("nvlink_down,gpu=3", "reset"),
+        ("xid=13,gpu=3", "none"),
+    ],
+)
+def test_recovery_action_follows_the_driver(spec: str, want: str) -> None:
+    ev = evidence(results(fleet(gpu_001=spec)))["gpu-001"]
+    assert ev.gpus[3].recovery_action == want and ev.gpus[2].recovery_action == "none"
+
+
+def test_recovery_action_under_the_dcgm_4_6_name_and_values_newer_than_the_enum() -> None:
+    res = results(fleet())
+    for s in res["nonzero"] + res["present"]:
+        if s["metric"].get("__name__") == "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION":
+            s["metric"]["__name__"] = "DCGM_FI_DEV_GPU_RECOVERY_ACTION"
+    res["nonzero"] += [
+        {"metric": {"__name__": "DCGM_FI_DEV_GPU_RECOVERY_ACTION", "node": "gpu-001", "gpu": str(g)},
+         "value": [NOW, str(v)]}
+        for g, v in ((1, 3), (2, 4), (5, 7))
+    ]  # fmt: skip
+    actions = [g.recovery_action for g in evidence(res)["gpu-001"].gpus]
+    assert actions == ["none", "drain_p2p", "drain_and_reset", "none", "none", "reboot", "none", "none"]
+
+
+def test_a_reboot_is_a_new_boot_id_and_a_gpu_reset_is_not() -> None:
+    states = fleet(gpu_001="ecc_dbe,gpu=2")
+    before = evidence(results(states))["gpu-001"]
+    apply_fault(states[0], "gpu_reset,gpu=2")
+    reset = evidence(results(states))["gpu-001"]
+    assert reset.boot_id == before.boot_id and reset.gpus[2].recovery_action == "none"
+    assert before.gpus[2].recovery_action == "reset" and before.gpus[2].remap_pending is True
+    apply_fault(states[0], "reboot")
+    assert evidence(results(states))["gpu-001"].boot_id != before.boot_id
+
+
+def test_stale_and_absent_dcgm_series_leave_the_node_unknown() -> None:
+    res = results(fleet(gpu_003="exporter_down=dcgm"))
+    evs = evidence(res)
+    assert not evs["gpu-003"].reachable and "no dcgm-exporter series" in evs["gpu-003"].error
+    res["fresh"] = [{**s, "value": [NOW, str(NOW - 120)]} for s in res["fresh"]]
+    assert "stale" in evidence(res)["gpu-001"].error
+    got = verdicts(results(fleet(gpu_003="exporter_down=dcgm")))["gpu-003"]
+    assert got == ("UNKNOWN", ["evidence:UNKNOWN"])
+
+
+def test_the_xid_queries_span_the_policy_window() -> None:
+    qs = PrometheusSource("http://unused", xid_window_seconds=7200, xid_step_seconds=5).queries()
+    counted = 'DCGM_EXP_XID_ERRORS_COUNT{xid!=""}'
+    assert f"max_over_time({counted}[7200s]) > 0" in qs["xid_counts"]
+    last_counted = f"(timestamp({counted}) and {counted} > 0)[7200s:5s]"
+    assert last_counted in qs["xid_last"]
+    assert {"UUID", "pci_bus_id", "modelName"} <= set(_by(qs["fresh"], "fresh"))
