@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +69,7 @@ class AlertmanagerClient:
     url: str  # base URL, e.g. http://127.0.0.1:9093
     timeout: float = 5.0
     attempts: int = 3
+    tries: int = field(default=0, init=False)  # attempts made by the last send
 
     def send(self, alerts: list[dict[str, Any]]) -> None:
         """POST the alerts; Unreachable after ``attempts`` tries (connection errors, timeouts, 5xx)."""
@@ -76,10 +77,12 @@ class AlertmanagerClient:
             return
         body = json.dumps(alerts).encode()
         endpoint = self.url.rstrip("/") + "/api/v2/alerts"
+        self.tries = 0
 
         @retry(stop=stop_after_attempt(self.attempts), wait=wait_exponential(multiplier=0.2, max=2.0),
                retry=retry_if_exception_type(_Transient), reraise=True)
         def post() -> None:
+            self.tries += 1
             req = urllib.request.Request(endpoint, data=body, method="POST",
                                          headers={"Content-Type": "application/json"})
             try:

@@ -78,6 +78,7 @@ def alertmanager(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             stderr=subprocess.STDOUT,
         )
     try:
+
         def ready() -> bool:
             if proc.poll() is not None:
                 log = (work / "alertmanager.log").read_text()

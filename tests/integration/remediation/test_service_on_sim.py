@@ -59,8 +59,13 @@ class Service:
         return self.metrics().get((name, tuple(sorted(labels.items()))), 0.0)
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "opsctl", "--config", str(self.config), "remediator",
-                               *args], env=self.env, capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "opsctl", "--config", str(self.config), "remediator", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     def stop(self) -> int:
         if self.proc.poll() is None:
@@ -69,8 +74,9 @@ class Service:
 
 
 def slurm_reasons(sim: SimCluster) -> dict[str, str]:
-    out = subprocess.run(["sinfo", "-h", "-N", "-R", "-o", "%N|%E"], env=sim.env, capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        ["sinfo", "-h", "-N", "-R", "-o", "%N|%E"], env=sim.env, capture_output=True, text=True, check=True
+    ).stdout
     return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
 
 
@@ -90,13 +96,24 @@ def start_service(sim: SimCluster, alertmanager: str, tmp_path: Path) -> Iterato
     def start(prometheus_url: str | None = None) -> Service:
         # limits that let one test drain two nodes of eight (the defaults allow one per hour)
         sim.set_config("guardrails", max_drain_fraction=0.5, min_drain_nodes=1)
-        sim.set_config("health", stale_after=15.0, window_seconds=60, max_drains=3, max_fraction=0.5,
-                       state_file=str(tmp_path / "state.json"),
-                       decision_log=str(tmp_path / "decisions.jsonl"))
+        sim.set_config(
+            "health",
+            stale_after=15.0,
+            window_seconds=60,
+            max_drains=3,
+            max_fraction=0.5,
+            state_file=str(tmp_path / "state.json"),
+            decision_log=str(tmp_path / "decisions.jsonl"),
+        )
         (port,) = free_ports(1)
-        sim.set_config("remediator", interval=1.0, metrics_address=f"127.0.0.1:{port}",
-                       pause_file=str(tmp_path / "paused.json"), status_file=str(tmp_path / "status.json"),
-                       alertmanager_url=alertmanager)
+        sim.set_config(
+            "remediator",
+            interval=1.0,
+            metrics_address=f"127.0.0.1:{port}",
+            pause_file=str(tmp_path / "paused.json"),
+            status_file=str(tmp_path / "status.json"),
+            alertmanager_url=alertmanager,
+        )
         config = tmp_path / "opsctl.toml"
         config.write_text(sim.config_path.read_text())
         if prometheus_url is not None:
@@ -107,12 +124,24 @@ def start_service(sim: SimCluster, alertmanager: str, tmp_path: Path) -> Iterato
         log = tmp_path / "remediator.log"
         with open(log, "wb") as logf:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "opsctl", "--config", str(config), "remediator", "run",
-                 "--interval", "1"],
-                env=sim.env, stdout=logf, stderr=subprocess.STDOUT,
+                [
+                    sys.executable,
+                    "-m",
+                    "opsctl",
+                    "--config",
+                    str(config),
+                    "remediator",
+                    "run",
+                    "--interval",
+                    "1",
+                ],
+                env=sim.env,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
             )
-        svc = Service(proc, f"http://127.0.0.1:{port}/metrics", tmp_path / "status.json", log, config,
-                      sim.env)
+        svc = Service(
+            proc, f"http://127.0.0.1:{port}/metrics", tmp_path / "status.json", log, config, sim.env
+        )
         started.append(svc)
 
         def first_pass() -> bool:
@@ -143,8 +172,13 @@ def test_injected_xid_is_drained_with_nobody_running_a_command(sim, start_servic
     assert "gpu-xid" in reasons["gpu-003"]
 
     # the service's own metrics say what it saw and did
-    wait_until(lambda: svc.metric("opsctl_remediator_actions_total", action="drain", code="gpu-xid",
-                                  result="applied") == 1, timeout=10)
+    wait_until(
+        lambda: (
+            svc.metric("opsctl_remediator_actions_total", action="drain", code="gpu-xid", result="applied")
+            == 1
+        ),
+        timeout=10,
+    )
     assert svc.metric("opsctl_remediator_check_status", node="gpu-003", code="gpu-xid", status="FAIL") == 1
     assert svc.metric("opsctl_remediator_check_status", node="gpu-004", code="gpu-xid", status="OK") == 1
     assert svc.metric("opsctl_remediator_node_status", node="gpu-003", status="FAIL") == 1
@@ -158,8 +192,9 @@ def test_injected_xid_is_drained_with_nobody_running_a_command(sim, start_servic
 
     # and the drain is in the shared audit log, made through the same guardrails as `opsctl drain`
     audit = [json.loads(line) for line in sim.audit_log.read_text().splitlines()]
-    assert any(a["action"] == "drain" and a["nodes"] == ["gpu-003"] and a["result"] == "applied"
-               for a in audit)
+    assert any(
+        a["action"] == "drain" and a["nodes"] == ["gpu-003"] and a["result"] == "applied" for a in audit
+    )
     assert "drain gpu-003" in svc.log.read_text()
 
 
@@ -173,8 +208,10 @@ def test_paused_service_drains_in_shadow_only_until_unpaused(sim, start_service)
 
     def shadow_drain() -> bool:
         st = svc.status() or {}
-        return any(d["node"] == "gpu-005" and d["action"] == "drain" and d["result"] == "shadow"
-                   for d in st.get("decisions", []))  # type: ignore[union-attr]
+        return any(
+            d["node"] == "gpu-005" and d["action"] == "drain" and d["result"] == "shadow"
+            for d in st.get("decisions", [])
+        )  # type: ignore[union-attr]
 
     wait_until(shadow_drain, timeout=40)
     seen = svc.passes()
@@ -197,8 +234,10 @@ def test_paused_service_drains_in_shadow_only_until_unpaused(sim, start_service)
     wait_until(lambda: svc.metric("opsctl_remediator_paused") == 0, timeout=10)
     audit = [json.loads(line) for line in sim.audit_log.read_text().splitlines()]
     pauses = [(a["action"], a["result"], a["reason"]) for a in audit if a["action"].startswith("remediator-")]
-    assert pauses[-2:] == [("remediator-pause", "applied", "switch firmware upgrade"),
-                           ("remediator-unpause", "applied", "upgrade done")]
+    assert pauses[-2:] == [
+        ("remediator-pause", "applied", "switch firmware upgrade"),
+        ("remediator-unpause", "applied", "upgrade done"),
+    ]
 
 
 def test_the_same_fault_on_half_the_nodes_alerts_alertmanager_and_drains_none(
@@ -214,8 +253,9 @@ def test_the_same_fault_on_half_the_nodes_alerts_alertmanager_and_drains_none(
         monitoring.inject(sim, node, "xid=79")
 
     def storm_alert() -> list[dict[str, object]]:
-        return [a for a in active_alerts(alertmanager)
-                if a["labels"]["alertname"] == "OpsctlRemediationStorm"]  # type: ignore[index]
+        return [
+            a for a in active_alerts(alertmanager) if a["labels"]["alertname"] == "OpsctlRemediationStorm"
+        ]  # type: ignore[index]
 
     (alert,) = wait_until(storm_alert, timeout=40)
     assert svc.cli("unpause").returncode == 0
