@@ -24,7 +24,7 @@ from opsctl.sim.cluster import SimCluster, free_ports
 pytestmark = pytest.mark.integration  # about 100 s on 2 cores
 
 # the reason every drain made by remediation carries (owner "health")
-REMEDIATION_REASON = "opsctl:"  # TEMP until the owner change lands
+REMEDIATION_REASON = "opsctl:health:"
 
 
 @dataclass
