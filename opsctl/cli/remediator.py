@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -162,13 +162,21 @@ def _print_status(pause: Pause | None, last: PassStatus | None, now: float, stal
         click.echo("nodes: " + ", ".join(f"{n} {s}" for s, n in last.counts.items() if n))
     if last.refusal:
         click.echo(f"remediation refused: {last.refusal}")
-    if not last.ok:
-        return
-    if last.decisions:
-        click.echo("decisions:")
-        for d in last.decisions:
-            reason = f" [{d.get('reason')}]" if d.get("reason") else ""
-            click.echo(f"  {d['action']:<7} {d['node']:<16} {d.get('code') or '-':<14} {d['result']:<8}"
-                       f"{reason} {d['why']}")
-    else:
-        click.echo("decisions: none (no drain, resume, hold or alert)")
+    if last.ok:
+        if last.decisions:
+            click.echo("this pass:")
+            for d in last.decisions:
+                click.echo(_decision_line(d))
+        else:
+            click.echo("this pass: no drain, resume, hold or alert")
+    if last.recent:
+        click.echo("recent drains and resumes:")
+        for d in last.recent:
+            stamp = datetime.fromtimestamp(float(d["time"]), UTC).isoformat(timespec="seconds")
+            click.echo(_decision_line(d, f"{stamp} {d.get('mode') or '-':<6} "))
+
+
+def _decision_line(d: dict[str, Any], prefix: str = "") -> str:
+    reason = f" [{d['reason']}]" if d.get("reason") else ""
+    code = d.get("code") or "-"
+    return f"  {prefix}{d['action']:<7} {d['node']:<16} {code:<14} {d['result']:<8}{reason} {d['why']}"

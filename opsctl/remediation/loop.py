@@ -15,13 +15,20 @@ import logging
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from opsctl.remediation.alerts import AlertmanagerClient, build_alerts
 from opsctl.remediation.metrics import RemediatorMetrics, brake_from_state
 from opsctl.remediation.pause import read_pause
 from opsctl.remediation.settings import RemediatorSection
-from opsctl.remediation.status import SHOWN_ACTIONS, PassStatus, write_status
+from opsctl.remediation.status import (
+    RECENT_ACTIONS,
+    RECENT_KEPT,
+    SHOWN_ACTIONS,
+    PassStatus,
+    read_status,
+    write_status,
+)
 
 if TYPE_CHECKING:
     from opsctl.checks.service import HealthContext, HealthResult
@@ -51,6 +58,8 @@ class Remediator:
         self.number = 0
         self.errors = 0
         self.last_success = 0.0
+        previous = read_status(self.settings.status_file)  # what the service did before a restart
+        self.recent: list[dict[str, Any]] = previous.recent if previous is not None else []
 
     # -- one pass -----------------------------------------------------------------------------
     def run_pass(self) -> PassStatus:
@@ -69,7 +78,7 @@ class Remediator:
             status = PassStatus(time=started, number=self.number, ok=False, duration_s=round(duration, 3),
                                 interval=self.interval, error=f"{kind}: {exc}"[:500],
                                 paused=paused is not None, last_success=self.last_success,
-                                errors=self.errors)
+                                errors=self.errors, recent=self.recent)
             self._write_status(status)
             return status
         duration = time.monotonic() - t0
@@ -88,13 +97,14 @@ class Remediator:
                  "".join(f", {sum(1 for d in shown if d.action == a)} {a}" for a in SHOWN_ACTIONS
                          if any(d.action == a for d in shown)),
                  f"; refused: {refusal}" if refusal else "")
+        brief = [{k: v for k, v in d.to_json().items() if k != "verdicts"} for d in shown]
+        self.recent = (self.recent + [{"time": started, "mode": result.mode, **d} for d in brief
+                                      if d["action"] in RECENT_ACTIONS])[-RECENT_KEPT:]
         self._send_alerts(result, started)
         self._update_brake(started)
         status = PassStatus(time=started, number=self.number, ok=True, duration_s=round(duration, 3),
                             interval=self.interval, mode=result.mode, paused=paused is not None,
-                            refusal=refusal, counts=counts,
-                            decisions=[{k: v for k, v in d.to_json().items() if k != "verdicts"}
-                                       for d in shown],
+                            refusal=refusal, counts=counts, decisions=brief, recent=self.recent,
                             last_success=started, errors=self.errors)
         self._write_status(status)
         return status

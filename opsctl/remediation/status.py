@@ -15,6 +15,10 @@ from opsctl.launch.fileio import write_json
 # decisions worth showing: what the service did or would have done; "none" and "keep" are the
 # steady state of every healthy or already-drained node
 SHOWN_ACTIONS = ("drain", "resume", "hold", "alert")
+# drains and resumes happen once per node (holds and alerts repeat every pass while they hold):
+# the last few are kept across passes and restarts, so status shows what the service last did
+RECENT_ACTIONS = ("drain", "resume")
+RECENT_KEPT = 20
 
 
 @dataclass
@@ -30,7 +34,9 @@ class PassStatus:
     paused: bool = False
     refusal: str = ""  # remediation refused by policy, with the reason
     counts: dict[str, int] = field(default_factory=dict)  # node status -> nodes
-    decisions: list[dict[str, Any]] = field(default_factory=list)  # SHOWN_ACTIONS only
+    decisions: list[dict[str, Any]] = field(default_factory=list)  # this pass's, SHOWN_ACTIONS only
+    # the last RECENT_KEPT drains and resumes, oldest first, each with its pass's time and mode
+    recent: list[dict[str, Any]] = field(default_factory=list)
     last_success: float = 0.0  # start of the last pass that ran (0: none yet)
     errors: int = 0  # failed passes since the service started
 

@@ -224,8 +224,12 @@ def test_paused_service_drains_in_shadow_only_until_unpaused(sim, start_service)
     doc = json.loads(status.stdout)
     assert doc["paused"] is True and doc["pause"]["reason"] == "switch firmware upgrade"
     assert doc["last_pass"]["mode"] == "shadow" and doc["stale"] is False
+    # later paused passes keep the shadow drain (shadow mode has its own state); status still shows it
+    (recent,) = [d for d in doc["last_pass"]["recent"] if d["node"] == "gpu-005"]
+    assert (recent["action"], recent["result"], recent["mode"]) == ("drain", "shadow", "shadow")
     text = svc.cli("status").stdout
-    assert "paused: yes" in text and "gpu-005" in text
+    assert "paused: yes" in text and "mode shadow" in text
+    assert "recent drains and resumes:" in text and "drain   gpu-005" in text
 
     unpaused = svc.cli("unpause", "--reason", "upgrade done")
     assert unpaused.returncode == 0, unpaused.stderr

@@ -16,7 +16,7 @@ import pytest
 from opsctl.remediation.loop import Remediator
 from opsctl.remediation.metrics import RemediatorMetrics
 from opsctl.remediation.pause import read_pause
-from opsctl.remediation.status import read_status
+from opsctl.remediation.status import PassStatus, read_status, write_status
 
 
 def free_port() -> int:
@@ -71,6 +71,30 @@ def test_a_failing_pass_is_counted_recorded_and_survived(config, tmp_path):
     )
     assert metrics.registry.get_sample_value("opsctl_remediator_passes_total", {"result": "ok"}) == 0
     assert metrics.registry.get_sample_value("opsctl_remediator_paused") == 0
+
+
+def test_recent_drains_survive_a_restart_and_failing_passes(config, tmp_path):
+    drain = {
+        "time": 1.0,
+        "mode": "apply",
+        "node": "gpu-003",
+        "action": "drain",
+        "code": "gpu-xid",
+        "result": "applied",
+        "reason": "opsctl:health:gpu-xid:xid 79",
+        "why": "failing check",
+    }
+    write_status(
+        tmp_path / "status.json",
+        PassStatus(time=1.0, number=9, ok=True, duration_s=0.3, interval=0.2, recent=[drain]),
+    )
+    service = Remediator(str(config))  # a restarted service
+    assert service.run_pass().ok is False
+    st = read_status(tmp_path / "status.json")
+    assert st is not None and st.number == 1 and st.recent == [drain]
+    out = opsctl(config, "remediator", "status")
+    assert "recent drains and resumes:" in out.stdout
+    assert "1970-01-01T00:00:01+00:00 apply  drain   gpu-003" in out.stdout
 
 
 def test_the_pause_file_is_read_every_pass(config, tmp_path):
