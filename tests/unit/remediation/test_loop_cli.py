@@ -115,7 +115,7 @@ def test_the_loop_keeps_its_cadence_until_stopped(config):
     last = service.run(stop)
     assert last is not None and last.number == service.number >= 2
     # the metrics server is gone with the loop
-    port = service.settings.metrics_host_port()[1]  # type: ignore[index]
+    port = service.settings.metrics_host_port()[1]
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
         pass
 
@@ -134,7 +134,7 @@ def test_sigterm_ends_the_loop_with_exit_0(config, tmp_path):
         text=True,
     )
     try:
-        for line in proc.stderr:  # type: ignore[union-attr]
+        for line in proc.stderr:
             if "pass 1 failed" in line:
                 break
         proc.send_signal(signal.SIGTERM)
@@ -156,7 +156,7 @@ def test_pause_status_unpause_from_the_command_line(config, tmp_path):
     )
     out = opsctl(config, "remediator", "pause", "--reason", "rack 4 PDU work")
     assert out.returncode == 0 and "shadow mode" in out.stdout
-    assert read_pause(tmp_path / "paused.json").reason == "rack 4 PDU work"  # type: ignore[union-attr]
+    assert read_pause(tmp_path / "paused.json").reason == "rack 4 PDU work"
     opsctl(config, "remediator", "run", "--once")
     out = opsctl(config, "remediator", "status", "--json")
     doc = json.loads(out.stdout)
