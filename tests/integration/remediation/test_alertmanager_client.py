@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import active_alerts, wait_until
+from amlab import active_alerts, wait_until
 
 from opsctl.errors import Unreachable
 from opsctl.policy import Decision

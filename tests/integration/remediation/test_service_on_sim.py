@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import active_alerts, wait_until
+from amlab import active_alerts, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from opsctl.checks import service as health_service
