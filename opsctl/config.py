@@ -81,6 +81,7 @@ SECTIONS: dict[str, type[Any] | str] = {
     "health": "opsctl.checks.settings:HealthSection",
     "launch": "opsctl.launch.settings:LaunchSection",
     "preflight": "opsctl.preflight.settings:PreflightSection",
+    "remediator": "opsctl.remediation.settings:RemediatorSection",
 }
 
 T = TypeVar("T")

@@ -9,6 +9,7 @@ APT_PACKAGES=(
   make git ca-certificates
   slurm-wlm slurm-client munge libslurm-dev     # real slurmctld/slurmd for the simulated cluster
   prometheus                                    # real Prometheus + promtool
+  prometheus-alertmanager                       # real Alertmanager + amtool (remediation alerts)
   openssh-server openssh-client                 # sshd for the paramiko evidence source
   debootstrap systemd-container iproute2        # the nspawn machine lab
 )
@@ -25,7 +26,7 @@ if ((${#missing[@]})); then
   echo "bootstrap: apt-get install ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   # The simulated cluster and the lab run their own daemons with their own config: keep the
-  # packages' postinst scripts from starting system-wide slurmctld/slurmd/munge/prometheus.
+  # packages' postinst scripts from starting system-wide slurmctld/slurmd/munge/prometheus/alertmanager.
   policy=/usr/sbin/policy-rc.d
   had_policy=0; [ -e "$policy" ] && had_policy=1
   if [ "$had_policy" = 0 ]; then

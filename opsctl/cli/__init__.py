@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "preflight": ("opsctl.cli.preflight", "preflight", "Check node hardware against the expected profile."),
     "quarantine": ("opsctl.cli.quarantine", "quarantine", "List, add or release nodes launches never use."),
     "lab": ("opsctl.cli.lab", "lab", "Boot nspawn machines with simulated GPUs for tests and drills."),
+    "remediator": ("opsctl.cli.remediator", "remediator", "The remediation service: run, pause, status."),
 }
 
 

@@ -1,0 +1,109 @@
+"""Alerts to Alertmanager (its v2 API, ``POST /api/v2/alerts``).
+
+Every pass re-sends the alerts its decisions raise, each with ``endsAt`` three intervals ahead: an
+alert stays active while the condition holds and resolves by itself a few passes after it ends,
+and a service that stops leaves nothing firing forever. Sends retry a bounded number of times; an
+unreachable Alertmanager is reported to the caller (counted as an error), never fatal.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from opsctl.errors import Unreachable
+
+if TYPE_CHECKING:
+    from opsctl.policy import Decision
+
+# alert code -> (alertname, severity). page: a person now; ticket: a person today.
+ALERTS: dict[str, tuple[str, str]] = {
+    "storm": ("OpsctlRemediationStorm", "page"),
+    "brake": ("OpsctlRemediationBrakeHeld", "ticket"),
+    "escalated": ("OpsctlNodeEscalated", "page"),
+    "coverage": ("OpsctlRemediationRefused", "page"),
+}
+OTHER = ("OpsctlRemediationAlert", "ticket")  # an alert code this version does not know yet
+
+
+def alert_kind(d: Decision) -> str:
+    """storm | brake | escalated | coverage, from the decision's code; policy versions whose storm
+    alert carried the failing check's code say which rule fired in the first word of ``why``."""
+    if d.code in ALERTS:
+        return d.code
+    first = d.why.split(":", 1)[0].strip()
+    return first if first in ALERTS else d.code
+
+
+def _rfc3339(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def build_alerts(decisions: list[Decision], now: float, interval: float, *, host: str = "",
+                 mode: str = "") -> list[dict[str, Any]]:
+    """The Alertmanager payload for the pass's alert decisions ([] when there are none)."""
+    out = []
+    for d in decisions:
+        if d.action != "alert":
+            continue
+        kind = alert_kind(d)
+        name, severity = ALERTS.get(kind, OTHER)
+        labels = {"alertname": name, "severity": severity, "code": kind, "nodes": d.node,
+                  "service": "opsctl-remediation"}
+        annotations = {"summary": d.why}
+        if host:
+            annotations["source"] = f"opsctl remediator on {host}" + (f" ({mode} mode)" if mode else "")
+        out.append({"labels": labels, "annotations": annotations, "startsAt": _rfc3339(now),
+                    "endsAt": _rfc3339(now + 3 * interval)})
+    return out
+
+
+@dataclass
+class AlertmanagerClient:
+    url: str  # base URL, e.g. http://127.0.0.1:9093
+    timeout: float = 5.0
+    attempts: int = 3
+    tries: int = field(default=0, init=False)  # attempts made by the last send
+
+    def send(self, alerts: list[dict[str, Any]]) -> None:
+        """POST the alerts; Unreachable after ``attempts`` tries (connection errors, timeouts, 5xx)."""
+        if not alerts:
+            return
+        body = json.dumps(alerts).encode()
+        endpoint = self.url.rstrip("/") + "/api/v2/alerts"
+        self.tries = 0
+
+        @retry(stop=stop_after_attempt(self.attempts), wait=wait_exponential(multiplier=0.2, max=2.0),
+               retry=retry_if_exception_type(_Transient), reraise=True)
+        def post() -> None:
+            self.tries += 1
+            req = urllib.request.Request(endpoint, data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                    resp.read()
+            except urllib.error.HTTPError as exc:
+                detail = exc.read()[:200].decode(errors="replace").strip()
+                if exc.code >= 500:
+                    raise _Transient(f"HTTP {exc.code}: {detail}") from None
+                # a 4xx is our payload's fault: retrying sends the same bad payload
+                raise Unreachable(f"alertmanager at {self.url} rejected the alerts: HTTP {exc.code}: "
+                                  f"{detail}") from None
+            except (urllib.error.URLError, OSError) as exc:  # refused, timed out, reset
+                raise _Transient(str(getattr(exc, "reason", exc))) from None
+
+        try:
+            post()
+        except _Transient as exc:
+            raise Unreachable(f"alertmanager at {self.url} unreachable after {self.attempts} "
+                              f"attempt(s): {exc}") from None
+
+
+class _Transient(Exception):
+    """A failure worth another try."""

@@ -1,0 +1,181 @@
+"""The long-lived loop behind ``opsctl remediator run``.
+
+Each pass is exactly ``opsctl health --remediate``: :func:`opsctl.checks.service.run_health` with
+``remediate=True`` on the configured source, so the policy, brake, storm rule, guardrails and audit
+are the same code. The loop adds only what running unattended needs: a fixed cadence, one source
+object for the process's life (the SSH source keeps a journal cursor between passes), survival of a
+failing pass (counted, logged, retried next interval), the operator's pause (shadow mode), metrics,
+alerts and a status file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import socket
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from opsctl.remediation.alerts import AlertmanagerClient, build_alerts
+from opsctl.remediation.metrics import RemediatorMetrics, brake_from_state
+from opsctl.remediation.pause import read_pause
+from opsctl.remediation.settings import RemediatorSection
+from opsctl.remediation.status import (
+    RECENT_ACTIONS,
+    RECENT_KEPT,
+    SHOWN_ACTIONS,
+    PassStatus,
+    read_status,
+    write_status,
+)
+
+if TYPE_CHECKING:
+    from opsctl.checks.service import HealthContext, HealthResult
+    from opsctl.evidence.base import Source
+
+log = logging.getLogger("opsctl.remediator")
+
+
+class Remediator:
+    def __init__(self, config_path: str | None, *, interval: float | None = None,
+                 metrics: RemediatorMetrics | None = None) -> None:
+        from opsctl.checks import service
+
+        self.config_path = config_path
+        # a bad configuration ends the service here (exit 2), before the first pass
+        self.ctx: HealthContext = service.load_context(config_path)
+        assert self.ctx.config is not None
+        self.settings = self.ctx.config.section("remediator", RemediatorSection)
+        self.interval = interval if interval is not None else self.settings.interval
+        self.source: Source = service.make_source(self.ctx, self.ctx.health.source)
+        self.metrics = metrics or RemediatorMetrics()
+        self.metrics.interval.set(self.interval)
+        s = self.settings
+        self.alerts = (AlertmanagerClient(s.alertmanager_url, s.alertmanager_timeout, s.alertmanager_attempts)
+                       if s.alertmanager_url else None)
+        self.host = socket.gethostname()
+        self.number = 0
+        self.errors = 0
+        self.last_success = 0.0
+        previous = read_status(self.settings.status_file)  # what the service did before a restart
+        self.recent: list[dict[str, Any]] = previous.recent if previous is not None else []
+
+    # -- one pass -----------------------------------------------------------------------------
+    def run_pass(self) -> PassStatus:
+        self.number += 1
+        started, t0 = time.time(), time.monotonic()
+        paused = read_pause(self.settings.pause_file)
+        self.metrics.set_paused(paused is not None)
+        try:
+            result = self._evaluate(shadow=paused is not None)
+        except Exception as exc:  # Prometheus, Slurm or a node down: this pass is lost, not the service
+            duration = time.monotonic() - t0
+            self.errors += 1
+            kind = type(exc).__name__
+            self.metrics.record_error(kind, duration)
+            log.error("pass %d failed after %.2fs: %s: %s", self.number, duration, kind, exc)
+            status = PassStatus(time=started, number=self.number, ok=False, duration_s=round(duration, 3),
+                                interval=self.interval, error=f"{kind}: {exc}"[:500],
+                                paused=paused is not None, last_success=self.last_success,
+                                errors=self.errors, recent=self.recent)
+            self._write_status(status)
+            return status
+        duration = time.monotonic() - t0
+        self.last_success = started
+        refusal = str(getattr(result, "refusal", "") or "")
+        self.metrics.record_pass(result, started, duration, paused=paused is not None, refusal=refusal)
+        counts = {s: sum(1 for r in result.reports if r.status.value == s)
+                  for s in ("OK", "WARN", "FAIL", "UNKNOWN")}
+        shown = [d for d in result.decisions if d.action in SHOWN_ACTIONS]
+        for d in shown:
+            log.info("%s %s: code=%s result=%s%s; %s", d.action, d.node, d.code or "-", d.result,
+                     f" reason={d.reason!r}" if d.reason and d.action in ("drain", "hold") else "", d.why)
+        log.info("pass %d ok in %.2fs, mode %s%s: %d nodes (%s)%s%s", self.number, duration, result.mode,
+                 " (paused)" if paused else "", len(result.reports),
+                 ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "none",
+                 "".join(f", {sum(1 for d in shown if d.action == a)} {a}" for a in SHOWN_ACTIONS
+                         if any(d.action == a for d in shown)),
+                 f"; refused: {refusal}" if refusal else "")
+        brief = [{k: v for k, v in d.to_json().items() if k != "verdicts"} for d in shown]
+        self.recent = (self.recent + [{"time": started, "mode": result.mode, **d} for d in brief
+                                      if d["action"] in RECENT_ACTIONS])[-RECENT_KEPT:]
+        self._send_alerts(result, started)
+        self._update_brake(started)
+        status = PassStatus(time=started, number=self.number, ok=True, duration_s=round(duration, 3),
+                            interval=self.interval, mode=result.mode, paused=paused is not None,
+                            refusal=refusal, counts=counts, decisions=brief, recent=self.recent,
+                            last_success=started, errors=self.errors)
+        self._write_status(status)
+        return status
+
+    def _evaluate(self, *, shadow: bool) -> HealthResult:
+        from opsctl.checks import service
+
+        if self.ctx.slurm is None:  # Slurm's backend could not start: try again, every pass
+            fresh = service.load_context(self.config_path)
+            self.ctx = dataclasses.replace(self.ctx, slurm=fresh.slurm, slurm_error=fresh.slurm_error)
+        ctx = self.ctx
+        if shadow:  # the operator's pause: decide, log and report, but change nothing in Slurm
+            ctx = dataclasses.replace(ctx, health=dataclasses.replace(ctx.health, shadow=True))
+        nodes = service.resolve_nodes(ctx, None)
+        return service.run_health(ctx, nodes, self.source, remediate=True, dry_run=False)
+
+    def _send_alerts(self, result: HealthResult, now: float) -> None:
+        if self.alerts is None:
+            return
+        payload = build_alerts(result.decisions, now, self.interval, host=self.host, mode=result.mode)
+        if not payload:
+            return
+        try:
+            self.alerts.send(payload)
+        except Exception as exc:  # never fatal: the alert is re-sent next pass while it holds
+            self.metrics.alert_errors.inc()
+            log.error("alerts not delivered: %s", exc)
+            return
+        for alert in payload:  # the alert decisions themselves are logged with the pass
+            self.metrics.alerts_sent.labels(alert["labels"]["alertname"]).inc()
+
+    def _update_brake(self, now: float) -> None:
+        from opsctl.policy import PolicyState
+
+        ctx = self.ctx
+        try:
+            state = PolicyState.load(ctx.health.state_file)
+            listing = ctx.slurm.nodes(None) if ctx.slurm is not None else []
+            partition = ctx.config.slurm.partition if ctx.config is not None else None
+            size = len([n for n in listing if not partition or partition in n.partitions]) or len(listing)
+            self.metrics.set_brake(brake_from_state(state.drains, ctx.health.policy(), size, now))
+        except Exception as exc:  # the gauges keep their last value; the pass itself ran
+            log.warning("brake state not updated: %s: %s", type(exc).__name__, exc)
+
+    def _write_status(self, status: PassStatus) -> None:
+        try:
+            write_status(self.settings.status_file, status)
+        except OSError as exc:
+            log.warning("status file %s not written: %s", self.settings.status_file, exc.strerror or exc)
+
+    # -- the loop -----------------------------------------------------------------------------
+    def run(self, stop: threading.Event, *, once: bool = False) -> PassStatus | None:
+        """Pass every interval (measured start to start) until ``stop`` is set; returns the last
+        pass's status. Serves the metrics for as long as it runs."""
+        hp = self.settings.metrics_host_port()
+        server = self.metrics.serve(*hp) if hp is not None else None
+        log.info("remediator started: interval %.1fs, source %s, metrics %s, alertmanager %s, pause file "
+                 "%s", self.interval, self.source.name,
+                 f"http://{hp[0]}:{hp[1]}/metrics" if hp else "off",
+                 self.settings.alertmanager_url or "off", self.settings.pause_file)
+        last: PassStatus | None = None
+        try:
+            while not stop.is_set():
+                t0 = time.monotonic()
+                last = self.run_pass()
+                if once:
+                    break
+                stop.wait(max(0.0, self.interval - (time.monotonic() - t0)))
+        finally:
+            if server is not None:
+                server.shutdown()
+                server.server_close()
+            log.info("remediator stopped after %d pass(es), %d failed", self.number, self.errors)
+        return last

@@ -1,0 +1,54 @@
+"""The ``[remediator]`` section of opsctl.toml: how often the service passes, where it serves its
+metrics, where the pause and status files live and which Alertmanager receives its alerts.
+
+Everything about *what* a pass decides (sources, thresholds, brake, storm) stays in ``[health]``:
+the service is ``opsctl health --remediate`` run by itself, not a second policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from opsctl.address import split_address
+
+DEFAULT_PORT = 9105  # node_exporter is 9100, dcgm-exporter 9400, Alertmanager 9093
+
+
+@dataclass
+class RemediatorSection:
+    interval: float = 15.0  # seconds between the starts of two passes
+    # host:port of the service's own /metrics; "" serves none
+    metrics_address: str = f"127.0.0.1:{DEFAULT_PORT}"
+    # present = paused: passes still run and report, drains and resumes are shadow only
+    pause_file: str = field(default="/var/lib/opsctl/remediator-paused.json", metadata={"path": True})
+    # what the last pass saw and did, for `opsctl remediator status`
+    status_file: str = field(default="/var/lib/opsctl/remediator-status.json", metadata={"path": True})
+    alertmanager_url: str = ""  # e.g. http://127.0.0.1:9093; "" sends no alerts
+    alertmanager_timeout: float = 5.0  # seconds per attempt
+    alertmanager_attempts: int = 3  # tries per pass before the send counts as an error
+
+    def validate(self) -> None:
+        if not 0.1 <= self.interval <= 3600:
+            raise ValueError(f"interval: must be between 0.1 and 3600 seconds (got {self.interval})")
+        if self.metrics_address:
+            try:
+                _, port = split_address(self.metrics_address)
+            except ValueError as exc:
+                raise ValueError(f"metrics_address: {exc}") from None
+            if port is None:
+                raise ValueError(f"metrics_address: needs host:port (got {self.metrics_address!r})")
+        if self.alertmanager_url and not self.alertmanager_url.startswith(("http://", "https://")):
+            raise ValueError(f"alertmanager_url: must start with http:// or https:// "
+                             f"(got {self.alertmanager_url!r})")
+        if not 0 < self.alertmanager_timeout <= 60:
+            raise ValueError(f"alertmanager_timeout: must be in (0, 60] seconds "
+                             f"(got {self.alertmanager_timeout})")
+        if not 1 <= self.alertmanager_attempts <= 10:
+            raise ValueError(f"alertmanager_attempts: must be 1-10 (got {self.alertmanager_attempts})")
+
+    def metrics_host_port(self) -> tuple[str, int] | None:
+        if not self.metrics_address:
+            return None
+        host, port = split_address(self.metrics_address)
+        assert port is not None  # validate() requires one
+        return host, port

@@ -1,0 +1,189 @@
+"""The alertmanager and opsctl_remediation roles, and the prometheus role's alerting, rendered by the
+real Ansible for the production inventory through each role's render tasks, then checked by the
+tools that read them: amtool, promtool, systemd-analyze and opsctl's own config loader."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from provisioning_helpers import GOLDEN, run_ansible
+
+from opsctl.checks.settings import HealthSection
+from opsctl.config import parse_config
+from opsctl.remediation.settings import RemediatorSection
+
+PLAYBOOK = "tests/unit/ansible/playbooks/render_monitoring.yml"
+UPDATE = os.environ.get("OPSCTL_UPDATE_GOLDEN") == "1"
+GOLDEN_FILES = ("alertmanager.yml", "opsctl.toml", "opsctl-remediation.service")
+
+
+def render(out: Path, tmp: Path, *extra: str) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    run_ansible(
+        "ansible-playbook",
+        [
+            "-i",
+            "inventory/production",
+            PLAYBOOK,
+            "-e",
+            f"render_dest={out}",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            *extra,
+        ],
+        tmp,
+    )
+    return out
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("render")
+    return render(tmp / "out", tmp)
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} not installed (scripts/bootstrap.sh installs it)", pytrace=False)
+    return path
+
+
+@pytest.mark.parametrize("name", GOLDEN_FILES)
+def test_production_golden(rendered, name):
+    got = (rendered / name).read_text().replace(str(rendered), "/etc/opsctl")
+    golden = GOLDEN / "production" / name
+    if UPDATE:
+        golden.write_text(got)
+    assert got == golden.read_text(), f"{name} differs from {golden}"
+
+
+def test_alertmanager_config_is_valid_and_routes_by_severity(rendered):
+    conf = str(rendered / "alertmanager.yml")
+    check = subprocess.run([tool("amtool"), "check-config", conf], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "SUCCESS" in check.stdout
+
+    def receiver(*labels: str) -> str:
+        out = subprocess.run(
+            [tool("amtool"), "config", "routes", "test", f"--config.file={conf}", *labels],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return out.stdout.strip()
+
+    assert receiver("alertname=OpsctlRemediationStorm", "severity=page") == "page"
+    assert receiver("alertname=OpsctlRemediationBrakeHeld", "severity=ticket") == "ticket"
+    assert receiver("alertname=GpuFatalXid", "severity=critical") == "ticket"  # unknown severity: a ticket
+    receivers = {
+        r["name"]: r for r in yaml.safe_load((rendered / "alertmanager.yml").read_text())["receivers"]
+    }
+    assert (
+        receivers["page"]["webhook_configs"][0]["url"] == "https://pager.example.internal/hooks/alertmanager"
+    )
+
+
+def test_amtool_refuses_a_broken_override(tmp_path):
+    # the role's validate step is amtool: a route to an undefined receiver never reaches the host
+    proc = run_ansible(
+        "ansible-playbook",
+        [
+            "-i",
+            "inventory/production",
+            PLAYBOOK,
+            "-e",
+            f"render_dest={tmp_path}",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            "-e",
+            json.dumps({"alertmanager_config": {"route": {"receiver": "nobody"}}}),
+        ],
+        tmp_path,
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "failed to validate" in proc.stdout + proc.stderr
+    assert not (tmp_path / "alertmanager.yml").exists()
+
+
+def test_prometheus_sends_alerts_to_alertmanager_and_scrapes_the_service(rendered):
+    conf = rendered / "prometheus.yml"
+    check = subprocess.run(
+        [tool("promtool"), "check", "config", "--syntax-only", str(conf)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    doc = yaml.safe_load(conf.read_text())
+    assert doc["alerting"]["alertmanagers"] == [{"static_configs": [{"targets": ["head-01:9093"]}]}]
+    jobs = {j["job_name"]: j for j in doc["scrape_configs"]}
+    assert jobs["opsctl-remediation"]["static_configs"] == [{"targets": ["head-01:9105"]}]
+    assert len(jobs["node"]["static_configs"][0]["targets"]) == 67  # the jobs that were there stay
+
+
+def test_opsctl_toml_loads_in_opsctl_with_the_site_overrides(rendered):
+    cfg = parse_config((rendered / "opsctl.toml").read_text(), rendered / "opsctl.toml")
+    r = cfg.section("remediator", RemediatorSection)
+    assert (r.alertmanager_url, r.metrics_address, r.interval) == (
+        "http://head-01:9093",
+        "0.0.0.0:9105",
+        15.0,
+    )
+    assert r.pause_file == "/var/lib/opsctl/remediator-paused.json"
+    h = cfg.section("health", HealthSection)
+    assert (h.max_drains, h.max_fraction, h.brake_window) == (2, 0.10, 3600.0)  # group_vars/remediation.yml
+    assert h.state_file == "/var/lib/opsctl/health-state.json"
+    assert cfg.prometheus.url == "http://head-01:9090"
+    assert cfg.slurm.partition == "gpu" and cfg.audit.log == "/var/log/opsctl/audit.jsonl"
+
+
+def test_site_overrides_combine_per_key_and_render_as_toml(tmp_path):
+    overrides = {
+        "opsctl_remediation_config": {
+            "remediator": {"interval": 5, "alertmanager_url": ""},
+            "health": {
+                "ssh_addresses": {"gpu-001": "10.0.0.1:2222", "gpu-002": "10.0.0.2"},
+                "shadow": True,
+                "expected_gpus": None,
+            },
+        },
+        "opsctl_remediation_alertmanager_group": "no_such_group",
+    }
+    out = render(tmp_path / "out", tmp_path, "-e", json.dumps(overrides))
+    text = (out / "opsctl.toml").read_text()
+    assert 'ssh_addresses = { "gpu-001" = "10.0.0.1:2222", "gpu-002" = "10.0.0.2" }' in text
+    cfg = parse_config(text, out / "opsctl.toml")
+    r = cfg.section("remediator", RemediatorSection)
+    assert (r.interval, r.alertmanager_url) == (5.0, "")  # "" and null keys are left to opsctl's defaults
+    assert r.metrics_address == "0.0.0.0:9105"  # the other keys of the section stay
+    h = cfg.section("health", HealthSection)
+    assert h.shadow is True and h.ssh_addresses == {"gpu-001": "10.0.0.1:2222", "gpu-002": "10.0.0.2"}
+    assert h.max_drains == 2 and h.expected_gpus is None
+
+
+def test_the_unit_passes_systemd_analyze_verify(rendered, tmp_path):
+    unit = tmp_path / "opsctl-remediation.service"
+    # rendered with the config directory redirected to the render directory, as in the golden file
+    text = (rendered / "opsctl-remediation.service").read_text().replace(str(rendered), "/etc/opsctl")
+    # verify checks that ExecStart exists: point it at this interpreter's opsctl
+    opsctl = Path(sys.executable).parent / "opsctl"
+    if not opsctl.exists():
+        pytest.skip(f"no opsctl entry point next to {sys.executable}")
+    unit.write_text(text.replace("/opt/opsctl/venv/bin/opsctl", str(opsctl)))
+    proc = subprocess.run(
+        [tool("systemd-analyze"), "verify", str(unit)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert str(unit) not in proc.stderr, proc.stderr  # no unknown key, no bad value
+    assert f"ExecStart={opsctl} --config /etc/opsctl/opsctl.toml remediator run\n" in unit.read_text()
+    assert "Restart=on-failure\n" in text and "ReadWritePaths=/var/lib/opsctl /var/log/opsctl\n" in text
