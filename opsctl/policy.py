@@ -539,10 +539,14 @@ class DecisionLog:
         self.path = Path(path)
 
     def write(self, decisions: list[Decision], now: float, mode: str) -> None:
+        """Every decision with something to say: healthy nodes left alone are not logged (the service
+        passes every few seconds; a line per healthy node per pass would fill the disk)."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "a", encoding="utf-8") as fh:
                 for d in decisions:
+                    if d.action == "none" and not d.verdicts:
+                        continue
                     fh.write(json.dumps({"time": now, "mode": mode, **d.to_json()}, sort_keys=True) + "\n")
         except OSError as exc:
             raise ConfigError(f"health audit log {self.path} is not writable: {exc.strerror}") from None

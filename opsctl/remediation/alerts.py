@@ -33,12 +33,8 @@ OTHER = ("OpsctlRemediationAlert", "ticket")  # an alert code this version does 
 
 
 def alert_kind(d: Decision) -> str:
-    """storm | brake | escalated | coverage, from the decision's code; policy versions whose storm
-    alert carried the failing check's code say which rule fired in the first word of ``why``."""
-    if d.code in ALERTS:
-        return d.code
-    first = d.why.split(":", 1)[0].strip()
-    return first if first in ALERTS else d.code
+    """storm | brake | escalated | coverage: the alert decision's code."""
+    return d.code
 
 
 def _rfc3339(t: float) -> str:

@@ -83,7 +83,7 @@ class Remediator:
             return status
         duration = time.monotonic() - t0
         self.last_success = started
-        refusal = str(getattr(result, "refusal", "") or "")
+        refusal = result.refusal
         self.metrics.record_pass(result, started, duration, paused=paused is not None, refusal=refusal)
         counts = {s: sum(1 for r in result.reports if r.status.value == s)
                   for s in ("OK", "WARN", "FAIL", "UNKNOWN")}

@@ -16,7 +16,7 @@ DEFAULT_PORT = 9105  # node_exporter is 9100, dcgm-exporter 9400, Alertmanager 9
 
 @dataclass
 class RemediatorSection:
-    interval: float = 15.0  # seconds between the starts of two passes
+    interval: float = 2.0  # seconds between the starts of two passes (fault-to-drain: scrape + this)
     # host:port of the service's own /metrics; "" serves none
     metrics_address: str = f"127.0.0.1:{DEFAULT_PORT}"
     # present = paused: passes still run and report, drains and resumes are shadow only

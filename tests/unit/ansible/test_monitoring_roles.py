@@ -137,7 +137,7 @@ def test_opsctl_toml_loads_in_opsctl_with_the_site_overrides(rendered):
     assert (r.alertmanager_url, r.metrics_address, r.interval) == (
         "http://head-01:9093",
         "0.0.0.0:9105",
-        15.0,
+        2.0,
     )
     assert r.pause_file == "/var/lib/opsctl/remediator-paused.json"
     h = cfg.section("health", HealthSection)

@@ -179,13 +179,6 @@ def _free_port() -> int:
             "page",
             "coverage",
         ),
-        # a storm alert of a policy that put the failing check's code on it
-        (
-            Decision("gpu-[001-004]", "alert", "storm: gpu-xid:xid79 on 4 nodes", "gpu-xid"),
-            "OpsctlRemediationStorm",
-            "page",
-            "storm",
-        ),
         (
             Decision("gpu-009", "alert", "something new", "future-rule"),
             "OpsctlRemediationAlert",
