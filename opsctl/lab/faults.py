@@ -10,6 +10,9 @@ from opsctl.lab.config import LabConfig, Machine
 from opsctl.lab.ssh import ssh
 
 SLURMD_FAULT = "slurmd_stopped"
+# Not simulated hardware but a kernel-level stand-in: a mount inside the machine that never answers
+# (opsctl.lab.hungmount); `mount_hung=/lustre/x`.
+MOUNT_HUNG = "mount_hung"
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,12 @@ def _slurmd(cfg: LabConfig, machine: Machine, action: str) -> None:
 
 def inject(cfg: LabConfig, node: str, spec: str) -> FaultResult:
     machine = _gpu_machine(cfg, node)
+    if spec.split("=", 1)[0].strip() == MOUNT_HUNG:
+        from opsctl.lab import hungmount
+
+        hungmount.hang(cfg, machine, spec.split("=", 1)[1].strip() if "=" in spec else "")
+        active = [f"{MOUNT_HUNG}={p}" for p in hungmount.held(cfg, node)]
+        return FaultResult(node, "inject", spec, active, None)
     from opsctl.hwsim import faults as hwfaults
     from opsctl.hwsim import state as hwstate
 
@@ -58,6 +67,9 @@ def heal(cfg: LabConfig, node: str) -> FaultResult:
     state = hwstate.load(path)
     was_stopped = not state.slurmd_up
     hwfaults.heal(state)
+    from opsctl.lab import hungmount
+
+    hungmount.release(cfg, machine)
     slurmd = None
     if was_stopped:
         _slurmd(cfg, machine, "start")

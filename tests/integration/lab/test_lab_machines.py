@@ -266,6 +266,51 @@ def test_health_over_ssh_reads_the_machines_and_fails_only_the_faulty_ones(
     assert rc == 0, text
 
 
+def test_hung_mount_is_unknown_then_fails_after_n_passes(
+    lab: RunningLab, converged: Converged, tmp_path: Path
+) -> None:
+    """A mount that stops answering (a FUSE mount whose daemon never replies, opsctl.lab.hungmount)
+    is UNKNOWN in one pass and FAILs as probe-hung after probe_hung_passes passes in a row."""
+    import subprocess
+    import sys
+
+    out = lab.opsctl("connect")
+    toml = Path(out.stdout.split("OPSCTL_CONFIG=", 1)[1].split()[0])
+    thresholds = tmp_path / "thresholds.toml"
+    thresholds.write_text('[mounts]\nrequired = [{ path = "/lustre/hung-probe" }]\n')
+    config = tmp_path / "opsctl.toml"
+    extra = (f'thresholds = "{thresholds}"\nprobe_hung_passes = 2\nshadow = true\n'
+             f'state_file = "{tmp_path / "state.json"}"\ndecision_log = "{tmp_path / "decisions.jsonl"}"\n')
+    text = toml.read_text()
+    assert "[health]\n" in text
+    config.write_text(text.replace("[health]\n", "[health]\n" + extra, 1))
+
+    def health_pass() -> tuple[int, dict[str, str]]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "opsctl", "--config", str(config), "health", "gpu-001", "--source", "ssh",
+             "--remediate", "--json"],
+            env=lab.env, capture_output=True, text=True, timeout=300,
+        )
+        doc = json.loads(proc.stdout)
+        (node,) = doc["nodes"]
+        got: dict[str, str] = {}
+        for v in node["verdicts"]:
+            if v["code"] in ("mount", "probe-hung") and v["status"] != "OK":
+                got[v["code"]] = v["status"]
+        return proc.returncode, got
+
+    lab.opsctl("inject", "gpu-001", "mount_hung=/lustre/hung-probe")
+    try:
+        assert health_pass() == (3, {"mount": "UNKNOWN"})
+        rc, got = health_pass()
+        assert (rc, got) == (1, {"mount": "UNKNOWN", "probe-hung": "FAIL"})
+        decisions = [json.loads(x) for x in (tmp_path / "decisions.jsonl").read_text().splitlines()]
+        drains = [d for d in decisions if d["action"] == "drain"]
+        assert [(d["node"], d["code"], d["result"]) for d in drains] == [("gpu-001", "probe-hung", "shadow")]
+    finally:
+        lab.opsctl("heal", "gpu-001")
+
+
 def test_down_leaves_no_bridge_veth_mount_or_process(lab: RunningLab) -> None:
     state_dir = lab.cfg.state_dir
     lab.opsctl("down")
