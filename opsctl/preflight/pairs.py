@@ -80,9 +80,7 @@ def check_rounds(schedule: Iterable[Round]) -> None:
             seen |= p.nodes
 
 
-def retest_rounds(
-    suspects: dict[str, set[str]], good: Sequence[str], per_suspect: int = 2
-) -> list[Round]:
+def retest_rounds(suspects: dict[str, set[str]], good: Sequence[str], per_suspect: int = 2) -> list[Round]:
     """Pair each suspect with up to ``per_suspect`` known-good nodes it has not met (its set in
     ``suspects``), in rounds where no node is in two pairs. A good node serves one suspect per
     round; suspects are never paired with each other (a failure must point at the suspect)."""

@@ -29,5 +29,7 @@ def test_vm_copy_with_spaces_every_nic_behind_the_host_bridge(real):
 
 
 def test_not_a_matrix():
-    m = parse_nvidia_smi_topo("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n")
+    m = parse_nvidia_smi_topo(
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n"
+    )
     assert m.columns == [] and m.rows == {}

@@ -52,7 +52,9 @@ def test_server_side_without_rows_and_errors():
     )
     r = parse_perftest_bw(server)
     assert r.rows == [] and r.average_gbps() is None and not r.errors
-    failed = parse_perftest_bw("Couldn't connect to 10.0.0.2:18515\n Unable to open file descriptor for socket connection\n")
+    failed = parse_perftest_bw(
+        "Couldn't connect to 10.0.0.2:18515\n Unable to open file descriptor for socket connection\n"
+    )
     assert len(failed.errors) == 2 and failed.average_gbps() is None
 
 

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from opsctl.preflight.pairs import Pair, check_rounds, round_count, retest_rounds, rounds
+from opsctl.preflight.pairs import Pair, check_rounds, retest_rounds, round_count, rounds
 
 
 def _names(n: int) -> list[str]:
