@@ -601,14 +601,13 @@ def all_reduce_perf(argv: Sequence[str]) -> str:
     ap.add_argument("-c", "--check", type=int, default=1)
     args = ap.parse_args(argv)
     lo, hi = _size(args.minbytes), _size(args.maxbytes)
-    state, where = _load_state(args.state)
     rank, ntasks = int(os.environ.get("SLURM_PROCID", "0")), int(os.environ.get("SLURM_NTASKS", "1"))
     if rank != 0:
         return ""  # with MPI only rank 0 prints
-    members = [(state, load_faults(where))]
     if ntasks > 1:
+        # rank 0 reports for the whole job: every node's state, from the shared state directory
         names = _expand(os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST", ""))
-        state_dir = Path(os.environ.get("HWSIM_STATE_DIR") or where.resolve().parent)
+        state_dir = Path(os.environ.get("HWSIM_STATE_DIR") or state_file(args.state).resolve().parent)
         members = []
         for name in names[:ntasks]:
             path = state_dir / f"{name}.json"
@@ -616,6 +615,9 @@ def all_reduce_perf(argv: Sequence[str]) -> str:
                 members.append((load(path), load_faults(path)))
             except (OSError, ValueError) as exc:
                 raise FabricToolError(f"{name}: no simulated hardware state at {path}: {exc}", 1) from None
+    else:
+        state, where = _load_state(args.state)
+        members = [(state, load_faults(where))]
     for st, ft in members:
         if ft.nvlink_fabric:
             return _fail(f"{st.node}: Test CUDA failure util.cu:555 'system not yet initialized'")

@@ -194,7 +194,7 @@ def pair_scripts(
     for i, rail in enumerate(rails):
         tail.append(f'echo "@@rail {rail} rc=$(cat "$d/{i}.rc" 2>/dev/null || echo 255)"; cat "$d/{i}"')
     tail.append('rm -rf "$d"')
-    return "; ".join(client + tail), "; ".join(server + tail)
+    return "\n".join(client + tail), "\n".join(server + tail)
 
 
 def split_rails(text: str) -> dict[str, tuple[int, str]]:
@@ -324,8 +324,9 @@ def pair_verdicts(nodes: list[str], tests: list[PairTest], att: Attribution, flo
         if bad:
             parts = []
             for rail, rs in sorted(bad.items()):
-                figures = [f"{r.gbps:.0f}" for r in rs if r.gbps is not None]
-                what = f"{'/'.join(figures)} Gb/s" if figures else rs[0].error[:60]
+                figures = sorted({round(r.gbps) for r in rs if r.gbps is not None})
+                span = f"{figures[0]}" if len(figures) == 1 else f"{figures[0]}-{figures[-1]}"
+                what = f"{span} Gb/s" if figures else rs[0].error[:60]
                 partners = sorted({r.b if r.a == node else r.a for r in rs})
                 parts.append(f"{rail} {what} with {', '.join(partners)}")
             first_rail, rs = sorted(bad.items())[0]

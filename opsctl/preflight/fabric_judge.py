@@ -173,9 +173,16 @@ def judge_nvlink(node: str, f: NodeFabricFacts, p: PreflightSection) -> list[Ver
         out.append(v(node, "fabric-nvlink-state", Status.UNKNOWN, "no GPU visible", short="no gpus"))
     else:
         states = {g.index: (g.fabric_state or "N/A", g.fabric_status or "N/A") for g in f.gpus}
-        bad = {i: s for i, s in states.items() if s[0] != "Completed" or s[1] != "Success"}
+        # no fabric at all reads N/A or Not Supported: wrong only where NVSwitches are expected;
+        # a fabric that started and did not complete is wrong everywhere
+        absent = ("N/A", "Not Supported")
+        bad = {
+            i: s
+            for i, s in states.items()
+            if (s[0] not in absent or p.fabric_nvswitches) and (s[0] != "Completed" or s[1] != "Success")
+        }
         ev: dict[str, Any] = {"state": {str(i): f"{s[0]}/{s[1]}" for i, s in states.items()}}
-        if bad and p.fabric_nvswitches:
+        if bad:
             first = sorted(bad.items())[0]
             listed = ", ".join(f"GPU {i} {s[0]} ({s[1]})" for i, s in sorted(bad.items()))
             summary = f"NVLink fabric not up (is nvidia-fabricmanager running?): {listed}"
@@ -190,7 +197,7 @@ def judge_nvlink(node: str, f: NodeFabricFacts, p: PreflightSection) -> list[Ver
                     short=f"nvlink fabric {first[1][0]} on {len(bad)} gpus",
                 )
             )
-        elif bad:
+        elif any(s[0] in absent for s in states.values()):
             out.append(v(node, "fabric-nvlink-state", Status.OK, "no NVSwitch fabric expected", **ev))
         else:
             out.append(v(node, "fabric-nvlink-state", Status.OK, "fabric state Completed on every GPU", **ev))
