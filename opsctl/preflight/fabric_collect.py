@@ -45,6 +45,7 @@ class IbPortFacts:
     lid: int | None = None
     sm_lid: int | None = None
     pkeys: list[str] = field(default_factory=list)  # non-zero entries of the P_Key table
+    pkeys_read: int = 0  # P_Key table entries read (0: the table was not there)
     pcie_speed_gts: float | None = None
     pcie_width: int | None = None
     pcie_max_speed_gts: float | None = None
@@ -102,6 +103,7 @@ def ib_ports_from_grep(text: str) -> list[IbPortFacts]:
             p = ports.setdefault(key, IbPortFacts(parts[0], int(parts[2])))
             name = parts[3]
             if name == "pkeys" and len(parts) == 5:
+                p.pkeys_read += 1
                 pkey = value.strip().lower()
                 if pkey not in ("0x0000", "0x0", "0"):
                     p.pkeys.append(pkey)

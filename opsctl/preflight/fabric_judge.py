@@ -44,15 +44,26 @@ def _per_port(
     missing: list[str],
     bad: Callable[[IbPortFacts], str],
     ok: str,
+    unread: Callable[[IbPortFacts], bool] = lambda q: False,
 ) -> Verdict:
-    """One verdict over every port: FAIL naming each port ``bad`` describes (and missing HCAs)."""
-    problems = {f"{p.hca}/{p.port}": why for p in ports if (why := bad(p))}
+    """One verdict over every port: FAIL naming each port ``bad`` describes (and missing HCAs);
+    UNKNOWN when nothing is wrong but some port's file was not there to read."""
+    problems = {f"{p.hca}/{p.port}": why for p in ports if not unread(p) and (why := bad(p))}
     problems.update({h: "missing" for h in missing})
+    blind = sorted(f"{p.hca}/{p.port}" for p in ports if unread(p))
     if not ports and not missing:
         return v(node, code, Status.UNKNOWN, "no InfiniBand port read", short="no ports")
     if problems:
         listed = ", ".join(f"{k} {w}" for k, w in sorted(problems.items()))
         return v(node, code, Status.FAIL, listed, ports=problems, short=listed[:60])
+    if blind:
+        return v(
+            node,
+            code,
+            Status.UNKNOWN,
+            f"not readable on {', '.join(blind)}",
+            short=f"{len(blind)} ports unread",
+        )
     return v(node, code, Status.OK, ok, ports=len(ports))
 
 
@@ -101,6 +112,7 @@ def judge_ib_ports(node: str, f: NodeFabricFacts, p: PreflightSection) -> list[V
                 missing,
                 lambda q: "" if {full, limited, want_pkey} & set(q.pkeys) else f"no P_Key {want_pkey}",
                 f"P_Key {want_pkey} on every port",
+                lambda q: q.pkeys_read == 0,
             )
         )
 
@@ -114,7 +126,15 @@ def judge_ib_ports(node: str, f: NodeFabricFacts, p: PreflightSection) -> list[V
         return ""
 
     out.append(
-        _per_port(node, "fabric-sm-lid", ports, missing, sm, "every port has a LID from a subnet manager")
+        _per_port(
+            node,
+            "fabric-sm-lid",
+            ports,
+            missing,
+            sm,
+            "every port has a LID from a subnet manager",
+            lambda q: q.state == "ACTIVE" and q.sm_lid is None,
+        )
     )
     return out
 

@@ -3,9 +3,9 @@
 A rail is one HCA index (``mlx5_3``): a pair test on rail r measures node A's HCA r to node B's
 HCA r. For each rail, over every pair measured on it:
 
-- a node is *bad on the rail* when it passed with no partner and failed with a partner that
-  passed with someone else, or with two partners or more: the common factor is the node (its
-  HCA, cable to the leaf, PCIe or GPU);
+- a node is *bad on the rail* when it passed with no partner and failed with two partners or
+  more: the common factor is the node (its HCA, its cable to the leaf, PCIe or GPU). One failing
+  partner is not enough, even one that passed elsewhere: the link between them is as likely;
 - a failing pair whose ends each passed with someone else is a *bad link*: both nodes are fine,
   the path between them is not (a cable, a switch port, a route);
 - a failing pair neither rule explains is *unisolated* (not enough partners measured, e.g. a
@@ -74,8 +74,7 @@ def attribute(results: Iterable[RailResult]) -> Attribution:
         for node, fails in failed.items():
             if passed[node]:
                 continue
-            partners = {partner(node, r) for r in fails}
-            if len(partners) >= 2 or any(passed[p] for p in partners):
+            if len({partner(node, r) for r in fails}) >= 2:
                 bad.add(node)
         for node in sorted(bad):
             out.node_rails[(node, rail)] = failed[node]

@@ -224,7 +224,7 @@ def test_remediate_needs_fabric_and_bad_config_is_one_line(rig, tmp_path):
     assert r.returncode == 2 and r.stderr.startswith("opsctl: error:") and "--fabric" in r.stderr
     bad = tmp_path / "bad.toml"
     bad.write_text('[preflight]\nfabric_pairing_link = "FAR"\n')
-    cfg, _, env = rig
+    _, _, env = rig
     r = subprocess.run(
         [sys.executable, "-m", "opsctl", "--config", str(bad), "preflight", "gpu-001", "--fabric"],
         capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(REPO), **env},
