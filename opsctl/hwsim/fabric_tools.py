@@ -306,7 +306,7 @@ class _End:
     cuda_error: str = ""
 
 
-def _end(state: NodeHardware, faults: FabricFaults, hca: str, cuda_error: str) -> _End:
+def hca_end(state: NodeHardware, faults: FabricFaults, hca: str, cuda_error: str = "") -> _End:
     h = state.hca(hca)
     return _End(
         node=state.node,
@@ -449,7 +449,7 @@ def ib_write_bw(argv: Sequence[str]) -> str:
     if args.use_cuda is not None:
         lines, cuda_error = _cuda_lines(state, faults, args.use_cuda, args.size, args.use_cuda_dmabuf)
         out += lines
-    mine = _end(state, faults, dev, cuda_error)
+    mine = hca_end(state, faults, dev, cuda_error)
     sock = _connect(args) if not server else _accept(args)
     with sock:
         theirs = _exchange(sock, mine)
