@@ -263,10 +263,14 @@ def with_fabric(base: Callable[[Sequence[str]], str]) -> Callable[[Sequence[str]
     def nvidia_smi(argv: Sequence[str]) -> str:
         args = list(argv)
         path = None
-        if "--state" in args:
-            i = args.index("--state")
-            path = args[i + 1] if i + 1 < len(args) else None
-        words = [a for a in args if not a.startswith("-")]
+        for i, a in enumerate(args):
+            if a == "--state" and i + 1 < len(args):
+                path = args[i + 1]
+            elif a.startswith("--state="):
+                path = a.split("=", 1)[1]
+        words = [
+            a for i, a in enumerate(args) if not a.startswith("-") and (i == 0 or args[i - 1] != "--state")
+        ]
         if words[:1] == ["topo"]:
             if "-m" not in args and "--matrix" not in args:
                 raise FabricToolError("simulated nvidia-smi topo supports only -m", 2)

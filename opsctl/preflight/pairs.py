@@ -1,9 +1,9 @@
 """Which nodes test against which, and when: rounds of disjoint pairs (pure, no I/O).
 
-A pair test takes both ends' HCAs for its duration, so a node is in at most one pair per round
-and every pair of a round runs at once. The first rounds come from the circle method of a
-round-robin tournament (a 1-factorization of the complete graph): fix one seat, rotate the
-others, pair seat i with seat m-1-i. Every node meets ``partners`` distinct nodes in
+A pair test takes both ends' HCAs for its duration, so a node is in at most one pair per round,
+and the pairs of a round can all run at the same time (no node is shared). The first rounds come
+from the circle method of a round-robin tournament (a 1-factorization of the complete graph): fix
+one seat, rotate the others, pair seat i with seat m-1-i. Every node meets ``partners`` distinct nodes in
 
     rounds(n, k) = min(k + (n odd), m - 1),   m = n rounded up to even
 
