@@ -96,6 +96,10 @@ def sysfs_files(state: NodeHardware, now: float | None = None) -> dict[str, str]
         files[f"{p}/lid_mask_count"] = "0"
         files[f"{p}/sm_sl"] = "0"
         files[f"{p}/cap_mask"] = HCA_CAPABILITY_MASK
+        files[f"{p}/pkeys/0"] = "0xffff"  # the default partition, full member
+        for link in ("current", "max"):  # the HCA's PCIe Gen5 x16 slot, as the kernel prints it
+            files[f"{d}/device/{link}_link_speed"] = "32.0 GT/s PCIe"
+            files[f"{d}/device/{link}_link_width"] = "16"
         for name, value in h.current_counters(now).items():
             files[f"{p}/counters/{name}"] = str(value)
         for name, value in h.hw_counters.items():

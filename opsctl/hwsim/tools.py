@@ -8,6 +8,7 @@
     python -m opsctl.hwsim.tools dmesg [-T]
     python -m opsctl.hwsim.tools ib-sysfs --root DIR     (write a /sys/class/infiniband-like tree)
     python -m opsctl.hwsim.tools fault NODE_STATE_FILE SPEC | heal NODE_STATE_FILE
+    python -m opsctl.hwsim.tools ib_write_bw | all_reduce_perf | fabric ...   (see fabric_tools)
 
 Installed as scripts named like the real tools (``install_shims``), the tool is picked by the script
 name. The state file is ``--state FILE``, else ``$HWSIM_STATE``, else ``/var/lib/hwsim/state.json``.
@@ -24,6 +25,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from opsctl.hwsim import fabric_tools
 from opsctl.hwsim.render_dcgm import (
     diag_failed,
     render_dcgmi_diag,
@@ -43,7 +45,7 @@ from opsctl.hwsim.state import NodeHardware, load, save
 
 STATE_ENV = "HWSIM_STATE"
 DEFAULT_STATE = "/var/lib/hwsim/state.json"
-SHIM_NAMES = ("nvidia-smi", "ibstat", "perfquery", "dcgmi", "dmesg")
+SHIM_NAMES = ("nvidia-smi", "ibstat", "perfquery", "dcgmi", "dmesg", *fabric_tools.SHIM_NAMES)
 
 
 class ToolError(Exception):
@@ -200,13 +202,14 @@ def fault(argv: Sequence[str]) -> str:
 
 
 TOOLS: dict[str, Callable[[Sequence[str]], str]] = {
-    "nvidia-smi": nvidia_smi,
+    "nvidia-smi": fabric_tools.with_fabric(nvidia_smi),
     "ibstat": ibstat,
     "perfquery": perfquery,
     "dcgmi": dcgmi,
     "dmesg": dmesg,
     "ib-sysfs": ib_sysfs,
     "fault": fault,
+    **fabric_tools.TOOLS,
 }
 
 
@@ -220,7 +223,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         name, argv = argv[0], argv[1:]
     try:
         sys.stdout.write(TOOLS[name](argv))
-    except ToolError as exc:
+    except (ToolError, fabric_tools.FabricToolError) as exc:
         if str(exc):
             print(str(exc), file=sys.stderr)
         return exc.code

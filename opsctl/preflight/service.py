@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from opsctl.checks.model import Status, Verdict, worst
 from opsctl.checks.runner import NodeReport
@@ -15,7 +16,7 @@ from opsctl.checks.service import HealthResult, expand_nodes, ssh_settings
 from opsctl.checks.settings import HealthSection
 from opsctl.config import Config
 from opsctl.errors import OpsctlError, UsageError
-from opsctl.evidence.ssh import SshSettings, run_on_nodes
+from opsctl.evidence.ssh import NodeRun, SshSettings, run_on_nodes
 from opsctl.model import Node
 from opsctl.preflight.collect import commands, facts_from_outputs
 from opsctl.preflight.judge import SOURCE, judge_hardware, judge_numa, judge_slurm_gres
@@ -29,6 +30,7 @@ class PreflightContext:
     health: HealthSection
     slurm: SlurmBackend | None = None
     slurm_error: str = ""
+    config: Config | None = None  # the loaded opsctl.toml (--remediate drains through it)
 
 
 def load_context(config_path: str | None) -> PreflightContext:
@@ -39,7 +41,9 @@ def load_context(config_path: str | None) -> PreflightContext:
 
 
 def context_from_config(cfg: Config) -> PreflightContext:
-    ctx = PreflightContext(cfg.section("preflight", PreflightSection), cfg.section("health", HealthSection))
+    ctx = PreflightContext(
+        cfg.section("preflight", PreflightSection), cfg.section("health", HealthSection), config=cfg
+    )
     try:
         from opsctl.slurm import backend_from_config
 
@@ -77,31 +81,38 @@ def _slurm_view(ctx: PreflightContext) -> tuple[dict[str, Node], str]:
         return {}, f"{type(exc).__name__}: {exc}"[:200]
 
 
+def node_report(
+    ctx: PreflightContext, run: NodeRun, slurm: dict[str, Node], slurm_error: str
+) -> tuple[NodeReport, dict[str, Any] | None]:
+    """The discovery's verdicts for one node, and its ``hw`` fact (None when it could not be read)."""
+    p = ctx.preflight
+    facts = facts_from_outputs(run.node, run.outputs) if not run.error else None
+    if facts is None or facts.hw is None:
+        why = run.error or (facts.error if facts else "") or "no evidence"
+        v = Verdict(
+            "evidence", Status.UNKNOWN, run.node, None, why, {"source": SOURCE, "short": "no evidence"}
+        )
+        return NodeReport(run.node, Status.UNKNOWN, [v], SOURCE), None
+    hw = facts.hw
+    verdicts = judge_hardware(run.node, hw, p.expected())
+    verdicts.extend(judge_numa(run.node, hw, p.ib_hcas))
+    if p.slurm_gres:
+        verdicts.append(judge_slurm_gres(run.node, hw, slurm.get(run.node), slurm_error))
+    return NodeReport(run.node, worst([v.status for v in verdicts]), verdicts, SOURCE), hw
+
+
+def slurm_view(ctx: PreflightContext, runs: list[NodeRun]) -> tuple[dict[str, Node], str]:
+    """Slurm's nodes, asked once and only when some node answered (for GRES and idleness)."""
+    if any(not r.error for r in runs):
+        return _slurm_view(ctx)
+    return {}, "no node reachable"
+
+
 def run_preflight(ctx: PreflightContext, nodes: list[str], *, now: float | None = None) -> HealthResult:
     now = time.time() if now is None else now
-    p = ctx.preflight
-    expected = p.expected()
     ssh = preflight_ssh_settings(ctx)
     runs = run_on_nodes(ssh, nodes, commands(ssh.ib_sysfs_root))
-    slurm: dict[str, Node] = {}
-    slurm_error = ""
-    if p.slurm_gres and any(not r.error for r in runs):
-        slurm, slurm_error = _slurm_view(ctx)
-    reports = []
-    for run in runs:
-        facts = facts_from_outputs(run.node, run.outputs) if not run.error else None
-        if facts is None or facts.hw is None:
-            why = run.error or (facts.error if facts else "") or "no evidence"
-            v = Verdict(
-                "evidence", Status.UNKNOWN, run.node, None, why, {"source": SOURCE, "short": "no evidence"}
-            )
-            reports.append(NodeReport(run.node, Status.UNKNOWN, [v], SOURCE))
-            continue
-        hw = facts.hw
-        verdicts = judge_hardware(run.node, hw, expected)
-        verdicts.extend(judge_numa(run.node, hw, p.ib_hcas))
-        if p.slurm_gres:
-            verdicts.append(judge_slurm_gres(run.node, hw, slurm.get(run.node), slurm_error))
-        reports.append(NodeReport(run.node, worst([v.status for v in verdicts]), verdicts, SOURCE))
+    slurm, slurm_error = slurm_view(ctx, runs) if ctx.preflight.slurm_gres else ({}, "")
+    reports = [node_report(ctx, run, slurm, slurm_error)[0] for run in runs]
     reports.sort(key=lambda r: r.node)
     return HealthResult(reports=reports, source=SOURCE, generated_at=now)

@@ -4,6 +4,7 @@ node with eight 400 Gb/s HCAs (inventory/production/group_vars/gpu_nodes.yml).""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,30 @@ class PreflightSection:
     # $OPSCTL_IB_SYSFS_ROOT on the node still wins, as for `opsctl health --source ssh`)
     ib_sysfs_root: str | None = None
 
+    # -- --fabric (docs/fabric.md): per-node fabric state, pair bandwidth, NCCL ---------------
+    fabric_rate_detail: str = "4X NDR"  # the width and speed sysfs names in `rate` ("": any)
+    fabric_link_layer: str = "InfiniBand"
+    fabric_pkey: str = "0xffff"  # a P_Key every port must hold ("": not judged)
+    fabric_nvswitches: int = 4  # NVSwitch devices of an HGX H200 8-GPU board (0: not judged)
+    # GPU-to-HCA pairing from `nvidia-smi topo -m`: the closest link a GPU's HCA may be
+    fabric_pairing_link: str = "PXB"  # PIX or PXB: same PCIe switch tree
+    fabric_dcgm_level: int = 1  # dcgmi diag -r N on idle nodes (0: not run; 2-3: longer)
+    fabric_rail_gbps_min: float = 360.0  # ib_write_bw per HCA, Gb/s
+    fabric_gpudirect: bool = True  # --use_cuda=<GPU next to the HCA> --use_cuda_dmabuf
+    fabric_msg_bytes: int = 1048576
+    fabric_iterations: int = 5000
+    fabric_port_base: int = 18515  # perftest's default port; pair i of a round, rail j: +i*rails+j
+    fabric_partners: int = 2  # distinct partners per node in the first rounds
+    fabric_retest_partners: int = 2  # known-good partners a suspect of a failing pair meets
+    fabric_pair_timeout: float = 120.0  # seconds for one pair's eight rails
+    fabric_nccl_busbw_min: float = 431.0  # all_reduce_perf on one node (8x H200), GB/s
+    fabric_nccl_multinode_busbw_min: float = 340.0  # all_reduce_perf across the set, GB/s
+    fabric_nccl_min_bytes: str = "1G"
+    fabric_nccl_max_bytes: str = "8G"
+    fabric_nccl_multinode: bool = True  # one all_reduce_perf over every node, through srun
+    fabric_srun_args: list[str] = field(default_factory=lambda: ["--mpi=pmix"])
+    fabric_nccl_timeout: float = 600.0
+
     def validate(self) -> None:
         for key in ("gpu_count", "gpu_memory_mib_min", "nvme_data_min"):
             if getattr(self, key) < 0:
@@ -37,6 +62,7 @@ class PreflightSection:
         if self.ib_rate_gbps < 0:
             raise ValueError(f"ib_rate_gbps: must be >= 0 (got {self.ib_rate_gbps})")
         check_absolute("ib_sysfs_root", self.ib_sysfs_root)
+        self._validate_fabric()
         check_addresses("addresses", self.addresses)
 
     def expected(self) -> dict[str, Any]:
@@ -53,3 +79,37 @@ class PreflightSection:
                 rate = self.ib_rate_gbps
                 out["ib_rate_gbps"] = int(rate) if rate == int(rate) else rate
         return out
+
+    def _validate_fabric(self) -> None:
+        if self.fabric_pairing_link not in ("PIX", "PXB", "PHB", "NODE", "SYS"):
+            raise ValueError(
+                f"fabric_pairing_link: one of PIX, PXB, PHB, NODE, SYS (got {self.fabric_pairing_link!r})"
+            )
+        if not 0 <= self.fabric_dcgm_level <= 3:
+            raise ValueError(f"fabric_dcgm_level: 0 (off) to 3 (got {self.fabric_dcgm_level})")
+        if self.fabric_pkey and not re.fullmatch(r"0x[0-9a-fA-F]{1,4}", self.fabric_pkey):
+            raise ValueError(f"fabric_pkey: a 16-bit hex P_Key such as 0xffff (got {self.fabric_pkey!r})")
+        positive = (
+            "fabric_msg_bytes",
+            "fabric_iterations",
+            "fabric_partners",
+            "fabric_pair_timeout",
+            "fabric_nccl_timeout",
+        )
+        for key in positive:
+            if getattr(self, key) <= 0:
+                raise ValueError(f"{key}: must be > 0 (got {getattr(self, key)})")
+        for key in (
+            "fabric_nvswitches",
+            "fabric_retest_partners",
+            "fabric_rail_gbps_min",
+            "fabric_nccl_busbw_min",
+            "fabric_nccl_multinode_busbw_min",
+        ):
+            if getattr(self, key) < 0:
+                raise ValueError(f"{key}: must be >= 0 (got {getattr(self, key)})")
+        if not 1024 <= self.fabric_port_base <= 60000:
+            raise ValueError(f"fabric_port_base: 1024 to 60000 (got {self.fabric_port_base})")
+        for key in ("fabric_nccl_min_bytes", "fabric_nccl_max_bytes"):
+            if not re.fullmatch(r"\d+[KMG]?", getattr(self, key)):
+                raise ValueError(f"{key}: a size such as 1G, 512M or 8 (got {getattr(self, key)!r})")

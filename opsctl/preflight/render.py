@@ -1,0 +1,42 @@
+"""The rich table of ``opsctl preflight --fabric`` (kept apart so --json never imports rich): the
+per-node verdicts as ``opsctl preflight`` prints them, then the links and the set's NCCL figure."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from opsctl.checks.render import render
+from opsctl.preflight.fabric import FabricResult
+
+_STYLE = {"OK": "green", "WARN": "yellow", "FAIL": "bold red", "UNKNOWN": "magenta"}
+
+
+def render_fabric(result: FabricResult, *, show_all: bool = False) -> None:
+    render(result.health, show_all=show_all, title="opsctl preflight --fabric")
+    console = Console()
+    console.print(
+        f"pair tests: {len(result.pair_tests)} pairs in {result.rounds} rounds"
+        + (f" + {result.retest_rounds} retest rounds" if result.retest_rounds else "")
+    )
+    att = result.attribution
+    if att.links or att.unisolated:
+        table = Table(title="links")
+        for col in ("status", "a", "b", "rail", "measured"):
+            table.add_column(col)
+        for (a, b, rail), r in sorted(att.links.items()):
+            what = f"{r.gbps:.0f} Gb/s" if r.gbps is not None else r.error
+            table.add_row(f"[{_STYLE['FAIL']}]FAIL[/] fabric-ib-link", a, b, rail, what)
+        for (a, b, rail), r in sorted(att.unisolated.items()):
+            what = f"{r.gbps:.0f} Gb/s" if r.gbps is not None else r.error
+            table.add_row(f"[{_STYLE['FAIL']}]FAIL[/] fabric-ib-pair (not isolated)", a, b, rail, what)
+        console.print(table)
+    if result.multinode is not None:
+        m = result.multinode
+        console.print(f"[{_STYLE[m.status.value]}]{m.status.value}[/] {m.code}: {m.summary}")
+    if result.remediation is not None:
+        acted = [d for d in result.remediation["decisions"] if d.get("action") not in ("none", "keep")]
+        console.print("remediation:" + ("" if acted else " nothing to do"))
+        for d in acted:
+            console.print(f"  {d['action']:6} {d['node']}: {d['why']} -> {d.get('result', '')}")
+    console.print(f"fabric: {result.status}")
