@@ -281,7 +281,9 @@ def test_hung_mount_is_unknown_then_fails_after_n_passes(
     config = tmp_path / "opsctl.toml"
     extra = (f'thresholds = "{thresholds}"\nprobe_hung_passes = 2\nshadow = true\n'
              f'state_file = "{tmp_path / "state.json"}"\ndecision_log = "{tmp_path / "decisions.jsonl"}"\n')
-    text = toml.read_text()
+    # this test's own policy state: connect's state_file and decision_log lines give way to ours
+    lines = [x for x in toml.read_text().splitlines() if not x.startswith(("state_file =", "decision_log ="))]
+    text = "\n".join(lines) + "\n"
     assert "[health]\n" in text
     config.write_text(text.replace("[health]\n", "[health]\n" + extra, 1))
 
@@ -291,6 +293,7 @@ def test_hung_mount_is_unknown_then_fails_after_n_passes(
              "--remediate", "--json"],
             env=lab.env, capture_output=True, text=True, timeout=300,
         )
+        assert proc.stdout.strip(), proc.stderr
         doc = json.loads(proc.stdout)
         (node,) = doc["nodes"]
         got: dict[str, str] = {}
