@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -93,11 +95,19 @@ def test_a_check_mode_run_reports_no_change_and_no_failure(lab: RunningLab, conv
     assert not result.failed_hosts and not result.changed_hosts, result.output[-6000:]
 
 
+@pytest.fixture
+def second_home() -> Iterator[Path]:
+    # Short: ssh's control sockets live under $HOME/.ansible/cp and a socket path has ~100 bytes.
+    home = Path(tempfile.mkdtemp(prefix="opsctl-home2-", dir="/tmp"))
+    yield home
+    shutil.rmtree(home, ignore_errors=True)
+
+
 def test_a_second_controller_home_keeps_the_munge_key_and_database_password(
-    lab: RunningLab, converged: Converged, tmp_path: Path
+    lab: RunningLab, converged: Converged, second_home: Path
 ) -> None:
     before = secrets_on_hosts(lab)
-    home = tmp_path / "home2"
+    home = second_home
     # What a controller in another home directory has: none of the lab's secrets (the roles' old
     # default put them under ~/.opsctl/secrets/<cluster>).
     fresh = home / ".opsctl" / "secrets" / "opslab"
