@@ -7,6 +7,7 @@ monitoring, nfs_server, nfs_clients, lustre_clients) so that site.yml runs uncha
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ def inventory_data(cfg: LabConfig) -> dict[str, Any]:
     """Like production: each host once in its machine-kind group, feature groups by children.
 
     The lab has no separate storage or login machine: the head stands in as NFS server (whose
-    kernel-side tasks the lab skips anyway), and there is no slurmdbd (no MariaDB in the lab).
+    kernel-side tasks the lab skips anyway) and runs slurmdbd with MariaDB, as production's does.
     """
     head = cfg.head
     return {
@@ -36,12 +37,19 @@ def inventory_data(cfg: LabConfig) -> dict[str, Any]:
                 # hw_facts records node facts on the controller; keep them with the lab's state,
                 # not in the inventory directory (Ansible would read them as inventory sources).
                 "hw_facts_record_dir": str(cfg.state_dir / "recorded_facts"),
+                # The munge key and database password of this lab, kept with its state.
+                "secrets_dir": str(cfg.state_dir / "secrets"),
+                # playbooks/rolling-update.yml drains and resumes through this host's opsctl,
+                # configured for the lab by `opsctl lab connect`.
+                "node_update_opsctl_command": [sys.executable, "-m", "opsctl"],
+                "node_update_opsctl_config": str(cfg.state_dir / "opsctl.toml"),
             },
             "children": {
                 "head": {"hosts": {head.name: {"ansible_host": head.address}}},
                 "gpu_nodes": {"hosts": {m.name: {"ansible_host": m.address} for m in cfg.gpu_machines}},
                 "slurm_controller": {"children": {"head": None}},
                 "slurm_compute": {"children": {"gpu_nodes": None}},
+                "slurmdbd": {"children": {"head": None}},
                 "monitoring": {"children": {"head": None}},
                 "nfs_server": {"children": {"head": None}},
                 "nfs_clients": {"children": {"gpu_nodes": None}},
@@ -49,7 +57,6 @@ def inventory_data(cfg: LabConfig) -> dict[str, Any]:
                 # Production groups the lab has no machine for; declared so plays match them cleanly.
                 "storage": {"hosts": {}},
                 "login": {"hosts": {}},
-                "slurmdbd": {"hosts": {}},
                 "slurm_login": {"hosts": {}},
             },
         }

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from opsctl.lab import labsim, netconf
+from opsctl.lab import labsim, netconf, packages
 from opsctl.lab.config import LabConfig, Machine
 
 # Stand-ins for the shared filesystems: host directories bind-mounted into every machine.
@@ -72,10 +72,18 @@ def prepare_upper(cfg: LabConfig, machine: Machine, public_key: str) -> Path:
     _write(ssh_dir / "authorized_keys", public_key.strip() + "\n", 0o600)
     if machine.role == "gpu":
         _write(upper / "etc/tmpfiles.d/opsctl-labsim-nvidia.conf", netconf.render_nvidia_tmpfiles())
+    _write(upper / "etc/apt/sources.list.d" / packages.LOCAL_SOURCES_FILE, packages.render_sources_list())
     return upper
 
 
+def repo_dir(cfg: LabConfig) -> Path:
+    """The lab's own flat apt repository (packages.build_sim_package), shared by every machine."""
+    return cfg.state_dir / "repo"
+
+
 def prepare_shared(cfg: LabConfig) -> dict[str, Path]:
+    if not (repo_dir(cfg) / "Packages").exists():
+        packages.write_repo_index(repo_dir(cfg))
     out = {}
     for kind, _mountpoint in SHARED_MOUNTS.items():
         d = cfg.shared_dir / kind
@@ -100,7 +108,28 @@ def nspawn_argv(cfg: LabConfig, machine: Machine, rootfs: Path) -> list[str]:
     ]
     for kind, mountpoint in SHARED_MOUNTS.items():
         argv.append(f"--bind={cfg.shared_dir / kind}:{mountpoint}")
+    argv.append(f"--bind-ro={repo_dir(cfg)}:{packages.LOCAL_REPO_MOUNT}")
     return argv + labsim.bind_args(cfg, machine)
+
+
+# nspawn exits with 133 when the machine reboots (systemd-nspawn@.service restarts on it); this
+# loop boots it again, as long as the machine's upper dir still exists (`lab down` removes it).
+_REBOOT_LOOP = (
+    'upper=$1; shift; while :; do "$@"; rc=$?; '
+    'if [ "$rc" -ne 133 ] || [ ! -d "$upper" ]; then exit "$rc"; fi; done'
+)
+
+
+def supervised_argv(cfg: LabConfig, machine: Machine, rootfs: Path) -> list[str]:
+    """nspawn under a shell that boots the machine again after it reboots itself."""
+    return [
+        "sh",
+        "-c",
+        _REBOOT_LOOP,
+        f"opsctl-lab-{machine.name}",
+        str(cfg.upper_dir(machine.name)),
+        *nspawn_argv(cfg, machine, rootfs),
+    ]
 
 
 def boot(cfg: LabConfig, machine: Machine, rootfs: Path) -> int:
@@ -108,7 +137,7 @@ def boot(cfg: LabConfig, machine: Machine, rootfs: Path) -> int:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            nspawn_argv(cfg, machine, rootfs),
+            supervised_argv(cfg, machine, rootfs),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -8,6 +8,7 @@ Python is opsctl's environment (ClusterShell folds the host lists).
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
@@ -108,6 +109,38 @@ def slurm_value(value: Any) -> str:
     return str(value)
 
 
+def slurmdbd_storage_pass(slurped: Mapping[str, Any] | None) -> str:
+    """``StoragePass`` of a slurmdbd.conf read with ``slurp``; "" when absent or unreadable.
+
+    The running database password is adopted from there when the controller has no copy, so a run
+    from another controller home directory or checkout never invents a new one.
+    """
+    content = (slurped or {}).get("content") if isinstance(slurped, Mapping) else None
+    if not content:
+        return ""
+    try:
+        text = base64.b64decode(str(content)).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return ""
+    found = ""
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and key.strip() == "StoragePass":
+            found = value.strip()
+    return found
+
+
+def mysql_quote(value: Any) -> str:
+    """A value for a single-quoted MySQL/MariaDB string literal."""
+    return str(value).replace("\\", "\\\\").replace("'", "\\'")
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
-        return {"slurm_hostlist": slurm_hostlist, "slurm_nodes": slurm_nodes, "slurm_value": slurm_value}
+        return {
+            "slurm_hostlist": slurm_hostlist,
+            "slurm_nodes": slurm_nodes,
+            "slurm_value": slurm_value,
+            "slurmdbd_storage_pass": slurmdbd_storage_pass,
+            "mysql_quote": mysql_quote,
+        }

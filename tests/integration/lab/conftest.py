@@ -1,4 +1,6 @@
-"""One lab for the whole module: head + 2 GPU machines, booted once, taken down even on failure."""
+"""One lab per test module (head + GPU machines), booted once, taken down even on failure.
+
+A module that needs another machine count overrides the `lab` fixture with `boot_lab(..., nodes)`."""
 
 from __future__ import annotations
 
@@ -21,8 +23,7 @@ def _can_run_lab() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
+def boot_lab(tmp_path_factory: pytest.TempPathFactory, nodes: int) -> Iterator[RunningLab]:
     reason = _can_run_lab()
     if reason:
         pytest.skip(reason)
@@ -33,18 +34,23 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
     # The image cache is shared on purpose: it is built once per machine, outside the work tree.
     os.environ["OPSCTL_LAB_STATE"] = env["OPSCTL_LAB_STATE"]
     try:
-        cfg = from_env(GPU_NODES)
+        cfg = from_env(nodes)
     finally:
         del os.environ["OPSCTL_LAB_STATE"]
     running = RunningLab(cfg, root / "inventory", env)
     try:
-        running.opsctl("up", "--nodes", str(GPU_NODES), "--json", timeout=1800)
+        running.opsctl("up", "--nodes", str(nodes), "--json", timeout=1800)
         yield running
     finally:
         # Keep the machines' console logs (pytest keeps its recent temp dirs) for post-mortems.
         for log in (cfg.state_dir / "machines").glob("*/console.log"):
             shutil.copy2(log, root / f"console-{log.parent.name}.log")
         running.opsctl("down", check=False, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
+    yield from boot_lab(tmp_path_factory, GPU_NODES)
 
 
 @pytest.fixture(scope="module")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from opsctl.lab.config import LabConfig
+from opsctl.lab.converge import ConvergeResult, parse_recap
 
 GPU_NODES = 2
 
@@ -36,6 +38,18 @@ class RunningLab:
             )
         return proc
 
+    def opsctl_cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """`opsctl ARGS` on the host against the lab (after `lab connect`); AssertionError on failure."""
+        env = dict(self.env, OPSCTL_CONFIG=str(self.cfg.state_dir / "opsctl.toml"))
+        proc = subprocess.run(
+            [sys.executable, "-m", "opsctl", *args], env=env, capture_output=True, text=True, timeout=timeout
+        )
+        if proc.returncode != 0:
+            raise AssertionError(
+                f"opsctl {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+            )
+        return proc
+
     def ssh(self, node: str, *command: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         from opsctl.lab.ssh import ssh
 
@@ -52,3 +66,26 @@ def lab_status(lab: RunningLab) -> dict[str, object]:
     data = json.loads(lab.opsctl("status", "--json", check=False).stdout)
     assert isinstance(data, dict)
     return data
+
+
+def playbook(
+    lab: RunningLab, book: str, *args: str, env: dict[str, str] | None = None, timeout: float = 1800
+) -> ConvergeResult:
+    """ansible-playbook -i <lab inventory> BOOK ARGS from the repository root, like `run_playbook`
+    but with extra arguments (--check, --limit, -e) and environment (another HOME)."""
+    from opsctl.lab.lab import REPO_ROOT
+
+    run_env = dict(os.environ)
+    run_env.update(env or {})
+    run_env.update({"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"})
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(lab.inventory), book, *args],
+        cwd=REPO_ROOT,
+        env=run_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    output = proc.stdout + proc.stderr
+    return ConvergeResult(proc.returncode, parse_recap(output), output)

@@ -88,6 +88,7 @@ def test_hardware_steps_are_gated_with_a_reason():
         "cgroup_v2_available": ["slurm"],
         "lustre_kernel_mounts": ["lustre_client"],
         "nfs_kernel_mounts": ["nfs_client", "nfs_server"],
+        "nvme_raid_available": ["nvme_array"],
     }.items():
         for role in roles:
             text = "".join(p.read_text() for p in (REPO / "roles" / role).rglob("*.yml"))

@@ -35,7 +35,18 @@ def test_every_production_group_exists_with_the_right_machines(tmp_path: Path) -
     assert _members(data, "slurm_compute") == gpus
     assert _members(data, "lustre_clients") == gpus
     assert _members(data, "slurm_controller") == {"head-01"}
+    assert _members(data, "slurmdbd") == {"head-01"}
     assert _members(data, "monitoring") == {"head-01"}
+
+
+def test_secrets_and_the_rolling_update_s_opsctl_belong_to_the_lab(tmp_path: Path) -> None:
+    import sys
+
+    data = inventory_data(LabConfig(gpu_nodes=1, state_dir=tmp_path))
+    lab_vars = data["all"]["vars"]
+    assert lab_vars["secrets_dir"] == str(tmp_path / "secrets")
+    assert lab_vars["node_update_opsctl_command"] == [sys.executable, "-m", "opsctl"]
+    assert lab_vars["node_update_opsctl_config"] == str(tmp_path / "opsctl.toml")
 
 
 def test_hosts_carry_addresses_and_the_lab_key(tmp_path: Path) -> None:
@@ -62,6 +73,7 @@ def test_written_inventory_round_trips_and_carries_the_lab_limits(tmp_path: Path
         "cgroup_v2_available",
         "lustre_kernel_mounts",
         "nfs_kernel_mounts",
+        "nvme_raid_available",
     ):
         assert flags[name] is False
 

@@ -1,0 +1,211 @@
+"""The node lifecycle and the secrets on real machines: a check-mode run of site.yml, the munge key
+and the database password kept when the playbook runs from a second controller home directory, a
+rotated database password applied to MariaDB, and a rolling update of a pinned (simulated driver)
+package on two GPU machines - drain, wait for the running job, install, a real reboot, validation,
+resume - while a job keeps running on the third; a node whose diagnostic fails stays drained and
+stops the rollout; once healed a rerun resumes it without a second reboot, and a last run changes
+nothing.
+
+The lab cannot build md arrays, XFS, NFS or Lustre (its group_vars say so); those steps are the
+golden tests' (tests/unit/ansible/test_golden_storage.py) and real hardware's."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import boot_lab
+from lab_helpers import Converged, RunningLab, playbook
+
+from opsctl.lab.packages import LOCAL_SOURCES_FILE, build_sim_package, write_repo_index
+
+pytestmark = [pytest.mark.integration, pytest.mark.lab, pytest.mark.slow, pytest.mark.timeout(3000)]
+
+UPDATED = ["gpu-001", "gpu-002"]
+BUSY = "gpu-003"  # runs a job through the whole rollout and is never touched
+PACKAGE = "opsctl-labsim-driver"
+REASON = "opsctl:manual:rolling update labsim driver 1.1-1"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
+    yield from boot_lab(tmp_path_factory, 3)
+
+
+def out(lab: RunningLab, node: str, *cmd: str) -> str:
+    proc = lab.ssh(node, *cmd)
+    assert proc.returncode == 0, f"{node}: {' '.join(cmd)}: {proc.stderr}"
+    return proc.stdout
+
+
+def secrets_on_hosts(lab: RunningLab) -> dict[str, str]:
+    """sha256 of the munge key on every machine and of slurmdbd.conf (with the password) on the head."""
+    sums = {
+        m.name: out(lab, m.name, "sha256sum", "/etc/munge/munge.key").split()[0] for m in lab.cfg.machines
+    }
+    sums["slurmdbd.conf"] = out(lab, "head-01", "sha256sum", "/etc/slurm/slurmdbd.conf").split()[0]
+    return sums
+
+
+def nodes(lab: RunningLab) -> dict[str, dict[str, Any]]:
+    proc = lab.opsctl_cli("nodes", "--json")
+    return {n["name"]: n for n in json.loads(proc.stdout)}
+
+
+def boot_id(lab: RunningLab, node: str) -> str:
+    return out(lab, node, "cat", "/proc/sys/kernel/random/boot_id").strip()
+
+
+def installed(lab: RunningLab, node: str) -> str:
+    return out(lab, node, "dpkg-query", "--show", "--showformat=${Version} ${db:Status-Want}", PACKAGE)
+
+
+def job_state(lab: RunningLab, job: str) -> str:
+    text = out(lab, "head-01", "scontrol", "show", "job", job)
+    m = re.search(r"JobState=(\S+)", text)
+    assert m, text
+    return m.group(1)
+
+
+def test_site_converges_with_slurmdbd_and_says_what_the_lab_cannot_build(
+    lab: RunningLab, converged: Converged
+) -> None:
+    first, second = converged.first, converged.second
+    assert not first.failed_hosts, first.output[-6000:]  # type: ignore[attr-defined]
+    assert not second.changed_hosts, second.output[-6000:]  # type: ignore[attr-defined]
+    text = first.output  # type: ignore[attr-defined]
+    assert "skipped: no md RAID or XFS here (nvme_raid_available=false), /scratch is a directory" in text
+    assert "/srv/nfs is a directory on the root file system" in text
+    assert "skipped: no NFS in this kernel (nfs_kernel_mounts=false)" in text
+    assert "skipped: no Lustre in this kernel (lustre_kernel_mounts=false)" in text
+    assert "opslab" in out(lab, "head-01", "sacctmgr", "--noheader", "list", "cluster", "format=cluster")
+    dropin = out(lab, "gpu-001", "systemctl", "show", "--property=RequiresMountsFor", "slurmd")
+    assert dropin.strip() == "RequiresMountsFor=/scratch"
+
+
+def test_a_check_mode_run_reports_no_change_and_no_failure(lab: RunningLab, converged: Converged) -> None:
+    result = playbook(lab, "site.yml", "--check")
+    assert not result.failed_hosts and not result.changed_hosts, result.output[-6000:]
+
+
+@pytest.fixture
+def second_home() -> Iterator[Path]:
+    # Short: ssh's control sockets live under $HOME/.ansible/cp and a socket path has ~100 bytes.
+    home = Path(tempfile.mkdtemp(prefix="opsctl-home2-", dir="/tmp"))
+    yield home
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_second_controller_home_keeps_the_munge_key_and_database_password(
+    lab: RunningLab, converged: Converged, second_home: Path
+) -> None:
+    before = secrets_on_hosts(lab)
+    home = second_home
+    # What a controller in another home directory has: none of the lab's secrets (the roles' old
+    # default put them under ~/.opsctl/secrets/<cluster>).
+    fresh = home / ".opsctl" / "secrets" / "opslab"
+    env = {"HOME": str(home)}
+    run = playbook(lab, "playbooks/slurm.yml", "-e", f"secrets_dir={fresh}", env=env)
+    assert not run.failed_hosts, run.output[-6000:]
+    assert secrets_on_hosts(lab) == before
+    kept = lab.cfg.state_dir / "secrets"
+    for name in ("munge.key", "slurmdbd_db_password"):
+        assert (fresh / name).read_bytes() == (kept / name).read_bytes(), name
+    # and from there on nothing changes, on any host
+    again = playbook(lab, "playbooks/slurm.yml", "-e", f"secrets_dir={fresh}", env=env)
+    assert not again.failed_hosts and not again.changed_hosts, again.output[-6000:]
+    assert "gpu-001" in out(lab, "head-01", "srun", "-w", "gpu-001", "-N1", "hostname")
+
+
+def test_a_changed_database_password_is_applied_to_the_database(
+    lab: RunningLab, converged: Converged
+) -> None:
+    secret = lab.cfg.state_dir / "secrets" / "slurmdbd_db_password"
+    new = hashlib.sha256(secret.read_bytes()).hexdigest()[:32]
+    secret.write_text(new + "\n")
+    run = playbook(lab, "playbooks/slurm.yml", "--limit", "head-01")
+    assert not run.failed_hosts, run.output[-6000:]
+    assert f"StoragePass={new}\n" in out(lab, "head-01", "cat", "/etc/slurm/slurmdbd.conf")
+    login = lab.ssh(
+        "head-01",
+        "sh",
+        "-c",
+        f"printf '[client]\\nuser=slurm\\npassword={new}\\n' > /tmp/c.cnf;"
+        " mysql --defaults-extra-file=/tmp/c.cnf -N -e 'select 1' slurm_acct_db;"
+        " rc=$?; rm -f /tmp/c.cnf; exit $rc",
+    )
+    assert login.returncode == 0 and login.stdout.strip() == "1", login.stderr
+    assert "opslab" in out(lab, "head-01", "sacctmgr", "--noheader", "list", "cluster", "format=cluster")
+
+
+def test_a_rolling_update_drains_installs_reboots_validates_and_resumes(
+    lab: RunningLab, converged: Converged
+) -> None:
+    lab.opsctl("connect")
+    # The simulated driver in the lab's own repository, at the version every GPU machine runs now.
+    repo = lab.cfg.state_dir / "repo"
+    for version in ("1.0-1", "1.1-1"):
+        build_sim_package(repo, PACKAGE, version)
+    write_repo_index(repo)
+    for m in lab.cfg.gpu_machines:
+        out(
+            lab,
+            m.name,
+            "sh",
+            "-c",
+            f"apt-get update -q -o Dir::Etc::sourcelist=sources.list.d/{LOCAL_SOURCES_FILE}"
+            " -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0 >/dev/null"
+            f" && apt-get install -y -q {PACKAGE}=1.0-1 >/dev/null && apt-mark hold {PACKAGE}",
+        )
+    long_job = out(lab, "head-01", "sbatch", "--parsable", "-w", BUSY, "-N1", "--wrap", "sleep 3000").strip()
+    short_job = out(
+        lab, "head-01", "sbatch", "--parsable", "-w", "gpu-001", "-N1", "--wrap", "sleep 25"
+    ).strip()
+    boots = {m.name: boot_id(lab, m.name) for m in lab.cfg.gpu_machines}
+    lab.opsctl("inject", "gpu-002", "ecc_dbe")  # gpu-002's diagnostic will fail after its reboot
+    lab_yml = lab.inventory / "group_vars" / "all" / "lab.yml"
+    lab_yml.write_text(
+        lab_yml.read_text().replace('labsim_driver_version: "1.0-1"', 'labsim_driver_version: "1.1-1"')
+    )
+
+    first = playbook(lab, "playbooks/rolling-update.yml", "--limit", ",".join(UPDATED))
+    assert first.returncode != 0 and first.failed_hosts == ["gpu-002"], first.output[-6000:]
+    assert "dcgmi diag -r 1 failed: software (GPU 0)" in first.output
+    state = nodes(lab)
+    # gpu-001: waited for its job, took the new version, really rebooted, validated and resumed
+    assert job_state(lab, short_job) == "COMPLETED"
+    assert installed(lab, "gpu-001") == "1.1-1 hold"
+    assert boot_id(lab, "gpu-001") != boots["gpu-001"]
+    assert "DRAIN" not in state["gpu-001"]["flags"] and state["gpu-001"]["state"] == "idle"
+    # gpu-002: updated and rebooted, but its diagnostic failed: it stays drained, with the update's reason
+    assert installed(lab, "gpu-002") == "1.1-1 hold"
+    rebooted_002 = boot_id(lab, "gpu-002")
+    assert rebooted_002 != boots["gpu-002"]
+    assert "DRAIN" in state["gpu-002"]["flags"] and state["gpu-002"]["reason"] == REASON
+    # gpu-003 ran its job the whole time and was never drained or rebooted
+    assert job_state(lab, long_job) == "RUNNING"
+    assert boot_id(lab, BUSY) == boots[BUSY] and installed(lab, BUSY) == "1.0-1 hold"
+    audit = [json.loads(line) for line in (lab.cfg.state_dir / "audit.jsonl").read_text().splitlines()]
+    assert [(r["action"], r["nodes"]) for r in audit if r["result"] == "applied"] == [
+        ("drain", ["gpu-001"]),
+        ("resume", ["gpu-001"]),
+        ("drain", ["gpu-002"]),
+    ]
+
+    lab.opsctl("heal", "gpu-002")
+    second = playbook(lab, "playbooks/rolling-update.yml", "--limit", ",".join(UPDATED))
+    assert not second.failed_hosts, second.output[-6000:]
+    assert second.recap["gpu-001"].changed == 0
+    assert boot_id(lab, "gpu-002") == rebooted_002, "the update was already booted into: no second reboot"
+    assert "DRAIN" not in nodes(lab)["gpu-002"]["flags"]
+
+    third = playbook(lab, "playbooks/rolling-update.yml", "--limit", ",".join(UPDATED))
+    assert not third.failed_hosts and not third.changed_hosts, third.output[-6000:]
+    assert job_state(lab, long_job) == "RUNNING"
