@@ -103,6 +103,10 @@ class TrainerConfig:
     keep_weights: int = 3
     threads: int = 1
     backend: str = "auto"  # auto: nccl+FSDP on GPU, gloo on CPU
+    # FSDP2 sharding of the model across ranks: auto = on GPU with more than one rank; on = also
+    # on CPU over gloo (how the sharded path is tested without a GPU); off = replicate and
+    # all-reduce gradients.
+    fsdp: str = "auto"
 
 
 @dataclass
@@ -130,6 +134,7 @@ _CHOICES = {
     "model.arch": {"qwen3", "glm4_moe", "llama"},
     "model.dtype": {"float32", "bfloat16", "float16"},
     "trainer.backend": {"auto", "gloo", "nccl"},
+    "trainer.fsdp": {"auto", "on", "off"},
 }
 
 

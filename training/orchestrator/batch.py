@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import random
 import statistics
 from dataclasses import dataclass, field
@@ -98,7 +99,23 @@ def pack(samples: list[Sample], micro_batch_tokens: int) -> list[list[Sample]]:
     return bins
 
 
+def tokens(mb: list[Sample]) -> int:
+    return sum(len(s.input_ids) for s in mb)
+
+
 def collate(mb: list[Sample], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded rows. An empty micro-batch is a filler: one pad token that attends to itself
+    (a fully masked row would give NaN) and carries no loss, so the forward/backward and their
+    collectives still run on a rank that has nothing to train on."""
+    if not mb:
+        return {
+            "input_ids": torch.full((1, 1), pad_id, dtype=torch.long),
+            "attention_mask": torch.ones((1, 1), dtype=torch.long),
+            "loss_mask": torch.zeros((1, 1)),
+            "logprobs": torch.zeros((1, 1)),
+            "advantages": torch.zeros((1, 1)),
+            "filler": torch.ones((), dtype=torch.long),
+        }
     width = max(len(s.input_ids) for s in mb)
 
     def padded(rows: list[list[Any]], fill: Any, dtype: torch.dtype) -> torch.Tensor:
@@ -110,17 +127,44 @@ def collate(mb: list[Sample], pad_id: int) -> dict[str, torch.Tensor]:
         "loss_mask": padded([s.loss_mask for s in mb], 0, torch.float32),
         "logprobs": padded([s.logprobs for s in mb], 0.0, torch.float32),
         "advantages": padded([s.advantages for s in mb], 0.0, torch.float32),
+        "filler": torch.zeros((), dtype=torch.long),
     }
 
 
+def _split(mb: list[Sample]) -> tuple[list[Sample], list[Sample]]:
+    """Two halves of about equal tokens: longest first, each to the lighter half."""
+    halves: tuple[list[Sample], list[Sample]] = ([], [])
+    for s in sorted(mb, key=lambda s: -len(s.input_ids)):
+        min(halves, key=tokens).append(s)
+    return halves
+
+
 def shard(micro_batches: list[list[Sample]], world_size: int) -> list[list[list[Sample]]]:
-    """Deal micro-batches to trainer ranks, largest first, each to the rank with fewest tokens."""
+    """Micro-batches per trainer rank, the same number on every rank.
+
+    Under FSDP every forward/backward issues collectives, so a rank with fewer micro-batches
+    than its peers would leave them waiting forever. Each rank gets ceil(n / world) micro-batches:
+    real ones dealt largest first to the least-loaded rank that still has room, then empty ones
+    (fillers, see collate) up to the common count. When there are fewer micro-batches than ranks,
+    multi-sample micro-batches are split first so that more ranks get real work."""
+    bins = [list(mb) for mb in micro_batches if mb]
+    while len(bins) < world_size:
+        splittable = [b for b in bins if len(b) > 1]
+        if not splittable:
+            break
+        big = max(splittable, key=tokens)
+        bins.remove(big)
+        bins.extend(_split(big))
+    per_rank = max(1, -(-len(bins) // world_size))
     ranks: list[list[list[Sample]]] = [[] for _ in range(world_size)]
-    load = [0] * world_size
-    for mb in sorted(micro_batches, key=lambda b: -sum(len(s.input_ids) for s in b)):
-        r = load.index(min(load))
+    room = [(0, r) for r in range(world_size)]  # (tokens so far, rank) of ranks with room left
+    for mb in sorted(bins, key=lambda b: -tokens(b)):
+        load, r = heapq.heappop(room)
         ranks[r].append(mb)
-        load[r] += sum(len(s.input_ids) for s in mb)
+        if len(ranks[r]) < per_rank:
+            heapq.heappush(room, (load + tokens(mb), r))
+    for mbs in ranks:
+        mbs.extend([] for _ in range(per_rank - len(mbs)))
     return ranks
 
 
