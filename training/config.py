@@ -79,6 +79,9 @@ class OrchestratorConfig:
     async_level: int = 1
     max_off_policy_steps: int = 2
     micro_batch_tokens: int = 2048
+    # Pack samples back to back in one row per micro-batch (per-sample positions, block-diagonal
+    # attention) instead of one right-padded row per sample.
+    packing: bool = True
     normalize_adv_std: bool = False
     eval_size: int = 200
     eval_samples: int = 1

@@ -44,6 +44,7 @@ from training.orchestrator.batch import (
     group_advantages,
     off_policy_lag,
     pack,
+    pack_sequences,
     shard,
     to_samples,
 )
@@ -259,7 +260,8 @@ class Orchestrator:
 
     # -- batches --------------------------------------------------------------------------------
     def publish(self, step: int, groups: list[RolloutGroup]) -> int:
-        micro = pack(to_samples(groups), self.oc.micro_batch_tokens)
+        packer = pack_sequences if self.oc.packing else pack
+        micro = packer(to_samples(groups), self.oc.micro_batch_tokens)
         ranks = shard(micro, self.cfg.trainer.world_size)
         loss_tokens = sum(len(r.completion) for g in groups for r in g.rollouts)
         pad = self.tok.pad_token_id
@@ -270,7 +272,7 @@ class Orchestrator:
                     {
                         "step": step,
                         "loss_tokens": loss_tokens,
-                        "micro_batches": [collate(mb, pad) for mb in mbs],
+                        "micro_batches": [collate(mb, pad, self.oc.packing) for mb in mbs],
                     },
                     tmp / f"rank_{r}.pt",
                 )

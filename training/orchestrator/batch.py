@@ -99,35 +99,62 @@ def pack(samples: list[Sample], micro_batch_tokens: int) -> list[list[Sample]]:
     return bins
 
 
+def pack_sequences(samples: list[Sample], micro_batch_tokens: int) -> list[list[Sample]]:
+    """First-fit decreasing into micro-batches of one packed row each, at most micro_batch_tokens
+    long (a longer sample gets a row of its own): no padding at all."""
+    bins: list[list[Sample]] = []
+    room: list[int] = []
+    for s in sorted(samples, key=lambda s: -len(s.input_ids)):
+        n = len(s.input_ids)
+        for i, left in enumerate(room):
+            if n <= left:
+                bins[i].append(s)
+                room[i] -= n
+                break
+        else:
+            bins.append([s])
+            room.append(micro_batch_tokens - n)
+    return bins
+
+
 def tokens(mb: list[Sample]) -> int:
     return sum(len(s.input_ids) for s in mb)
 
 
-def collate(mb: list[Sample], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded rows. An empty micro-batch is a filler: one pad token that attends to itself
-    (a fully masked row would give NaN) and carries no loss, so the forward/backward and their
-    collectives still run on a rank that has nothing to train on."""
-    if not mb:
-        return {
-            "input_ids": torch.full((1, 1), pad_id, dtype=torch.long),
-            "attention_mask": torch.ones((1, 1), dtype=torch.long),
-            "loss_mask": torch.zeros((1, 1)),
-            "logprobs": torch.zeros((1, 1)),
-            "advantages": torch.zeros((1, 1)),
-            "filler": torch.ones((), dtype=torch.long),
-        }
-    width = max(len(s.input_ids) for s in mb)
+def collate(mb: list[Sample], pad_id: int, packed: bool = False) -> dict[str, torch.Tensor]:
+    """The tensors of one micro-batch.
 
-    def padded(rows: list[list[Any]], fill: Any, dtype: torch.dtype) -> torch.Tensor:
-        return torch.tensor([r + [fill] * (width - len(r)) for r in rows], dtype=dtype)
+    Padded: one right-padded row per sample with an attention mask. Packed: the samples back to
+    back in a single row with position_ids restarting at 0 for each, and no attention mask: the
+    model (transformers' packed-sequence detection) then attends block-diagonally, each sample
+    only to itself, as if it had run alone.
+
+    An empty micro-batch is a filler: one pad token that attends to itself (a fully masked row
+    would give NaN) and carries no loss, so the forward/backward and their collectives still run
+    on a rank that has nothing to train on."""
+    filler = not mb
+    rows = [Sample([pad_id], [0], [0.0], [0.0])] if filler else mb
+    if packed:
+        return {
+            "input_ids": torch.tensor([[t for s in rows for t in s.input_ids]], dtype=torch.long),
+            "position_ids": torch.tensor([[i for s in rows for i in range(len(s.input_ids))]]),
+            "loss_mask": torch.tensor([[m for s in rows for m in s.loss_mask]], dtype=torch.float32),
+            "logprobs": torch.tensor([[x for s in rows for x in s.logprobs]], dtype=torch.float32),
+            "advantages": torch.tensor([[a for s in rows for a in s.advantages]], dtype=torch.float32),
+            "filler": torch.tensor(int(filler)),
+        }
+    width = max(len(s.input_ids) for s in rows)
+
+    def padded(rows_: list[list[Any]], fill: Any, dtype: torch.dtype) -> torch.Tensor:
+        return torch.tensor([r + [fill] * (width - len(r)) for r in rows_], dtype=dtype)
 
     return {
-        "input_ids": padded([s.input_ids for s in mb], pad_id, torch.long),
-        "attention_mask": padded([[1] * len(s.input_ids) for s in mb], 0, torch.long),
-        "loss_mask": padded([s.loss_mask for s in mb], 0, torch.float32),
-        "logprobs": padded([s.logprobs for s in mb], 0.0, torch.float32),
-        "advantages": padded([s.advantages for s in mb], 0.0, torch.float32),
-        "filler": torch.zeros((), dtype=torch.long),
+        "input_ids": padded([s.input_ids for s in rows], pad_id, torch.long),
+        "attention_mask": padded([[1] * len(s.input_ids) for s in rows], 0, torch.long),
+        "loss_mask": padded([s.loss_mask for s in rows], 0, torch.float32),
+        "logprobs": padded([s.logprobs for s in rows], 0.0, torch.float32),
+        "advantages": padded([s.advantages for s in rows], 0.0, torch.float32),
+        "filler": torch.tensor(int(filler)),
     }
 
 

@@ -177,7 +177,11 @@ class Trainer:
             filler = bool(mb.get("filler", 0))
             mb = {k: v.to(self.device) for k, v in mb.items() if k != "filler"}
             lp = token_logprobs(
-                self.model, mb["input_ids"], mb["attention_mask"], self.cfg.inference.temperature
+                self.model,
+                mb["input_ids"],
+                mb.get("attention_mask"),
+                self.cfg.inference.temperature,
+                mb.get("position_ids"),
             )
             st = rl_loss(
                 lp,
@@ -192,7 +196,9 @@ class Trainer:
             # backward still runs so that FSDP's reduce-scatters match the other ranks'.
             (st.loss_sum * scale).backward()
             loss_sum += st.loss_sum.detach()
-            real = 0 if filler else int(mb["attention_mask"].sum())
+            # A packed row has no padding; a padded one has its attention mask.
+            real = int(mb["attention_mask"].sum()) if "attention_mask" in mb else mb["input_ids"].numel()
+            real = 0 if filler else real
             stats += torch.tensor(
                 [st.tokens, st.masked, st.mismatch_kl_sum, mb["input_ids"].numel(), real, int(filler), 1],
                 dtype=torch.float64,

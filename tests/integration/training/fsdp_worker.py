@@ -56,7 +56,7 @@ def main() -> None:
         mbs = shard(micro, world)[rank]
         counts.append(len(mbs))
         batch = {"loss_tokens": sum(int(sum(s.loss_mask)) for s in samples),
-                 "micro_batches": [collate(mb, pad_id=0) for mb in mbs]}
+                 "micro_batches": [collate(mb, 0, packed=True) for mb in mbs]}
         losses.append(trainer.train_step(batch)["loss"])
     weights = trainer.full_state()
     if rank == 0:
