@@ -1,9 +1,12 @@
-"""A trainer node dies before the run's first checkpoint: the next attempt starts over at step 0
-beside the rollouts and weights the dead one committed, and the run completes."""
+"""Attempts that end early on a real Slurm: a trainer node dying before the run's first checkpoint
+(the next attempt starts over at step 0 beside the rollouts and weights the dead one committed,
+and the run completes), and the time-limit signal arriving during SFT (the attempt records its
+end and the job requeues itself)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -50,3 +53,26 @@ def test_death_before_the_first_checkpoint_restarts_at_zero(launch_env: LaunchEn
     assert trainer_steps(run / "metrics.jsonl")[-steps:] == list(range(steps))
     assert (run / "weights" / f"step_{steps}" / "STABLE").is_file()
     (launch_env.root / "quarantine.json").unlink()
+    launch_env.sim.reset()  # the victim's slurmd back, every node resumed
+
+
+def test_usr1_during_sft_ends_the_attempt_and_requeues(launch_env: LaunchEnv) -> None:
+    run = launch_env.root / "runs" / "usr1-sft"
+    out = launch_env.launch(run, "-o", "sft.steps=1000000", "-o", "trainer.steps=4")
+    assert out.returncode == 0, out.stderr
+    try:
+        wait_until(lambda: (run / "attempts" / "0.json").exists(), 120, "attempt 0 to start")
+        job = json.loads((run / "attempts" / "0.json").read_text())["job_id"]
+        metrics = run / "metrics.jsonl"
+        wait_until(lambda: metrics.exists() and '"sft"' in metrics.read_text(), 120, "SFT to start")
+        # What Slurm does at --signal=B:USR1@N: the signal goes to the batch script only.
+        subprocess.run(["scancel", "--batch", "--signal=USR1", str(job)], env=launch_env.env, check=True)
+        end = run / "attempts" / "0.end.json"
+        wait_until(end.exists, 60, "attempt 0 to record its end")
+        assert json.loads(end.read_text())["exit_code"] == 143
+        assert not (run / "sft" / "final" / "STABLE").exists()
+        # Requeued: the same job starts attempt 1 once Slurm's requeue hold is over.
+        wait_until(lambda: (run / "attempts" / "1.json").exists(), 120, "attempt 1 to start")
+        assert json.loads((run / "attempts" / "1.json").read_text())["job_id"] == job
+    finally:
+        launch_env.sim.reset()
