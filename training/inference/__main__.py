@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import threading
+from typing import Any
 
 import torch
 
@@ -24,6 +25,21 @@ from training.model import load_model, load_tokenizer
 log = logging.getLogger("inference")
 
 
+def build_engine(model: Any, tokenizer: Any, max_batch_size: int, device: str) -> Engine:
+    """EOS always stops; the environment's stop strings come with each request (`stop`), so no
+    stop sequence is baked into the server."""
+    eos = tokenizer.eos_token_id
+    return Engine(
+        model,
+        tokenizer.pad_token_id,
+        set() if eos is None else {eos},
+        max_batch_size,
+        0,
+        device,
+        decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     run, cfg = parse_args("training.inference", argv)
     set_threads(cfg.inference.threads)
@@ -32,8 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     path = run.initial_model(cfg)
     model = load_model(path, cfg.model.dtype, device)
     tokenizer = load_tokenizer(path)
-    stop_ids = {tokenizer.eos_token_id, *tokenizer.encode("\n", add_special_tokens=False)}
-    engine = Engine(model, tokenizer.pad_token_id, stop_ids, cfg.inference.max_batch_size, 0, device)
+    engine = build_engine(model, tokenizer, cfg.inference.max_batch_size, device)
     server = InferenceServer(engine, tokenizer, str(path), cfg.inference.host, cfg.inference.port)
     host = cfg.inference.host if cfg.inference.host not in ("0.0.0.0", "") else socket.gethostname()
     url = f"http://{host}:{server.port}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,10 @@ class Sequence:
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     finish_reason: str | None = None
+    # Per-request stops (the environment's), on top of the engine's (EOS).
+    stop_ids: frozenset[int] = frozenset()
+    stop: tuple[str, ...] = ()
+    stop_reason: int | str | None = None  # the matched stop token or string; None for EOS/length
 
 
 @dataclass
@@ -52,10 +57,12 @@ class Engine:
         max_batch_size: int = 64,
         version: int = 0,
         device: str = "cpu",
+        decode: Callable[[list[int]], str] | None = None,
     ) -> None:
         self.model = model.eval()
         self.pad_id = pad_id
         self.stop_ids = set(stop_ids)
+        self.decode = decode  # completion text, for stop strings
         self.max_batch_size = max_batch_size
         self.version = version
         self.device = device
@@ -80,9 +87,13 @@ class Engine:
         max_tokens: int = 16,
         temperature: float = 1.0,
         seed: int | None = None,
+        stop: list[str] | None = None,
+        stop_ids: list[int] | None = None,
     ) -> Request:
         if not prompts or any(not p for p in prompts):
             raise ValueError("empty prompt")
+        if stop and self.decode is None:
+            raise ValueError("stop strings need an engine with a decoder")
         req = Request(id=next(self._ids), seqs=[])
         base = seed if seed is not None else int(torch.randint(0, 2**31, (1,)).item())
         for i, p in enumerate(prompts):
@@ -91,7 +102,16 @@ class Engine:
                 # Each sequence draws from its own generator: the same seed gives the same sample
                 # whatever else shares the batch.
                 g.manual_seed((base * 1_000_003 + i * 1009 + j) % 2**63)
-                req.seqs.append(Sequence(list(p), max_tokens, temperature, g))
+                req.seqs.append(
+                    Sequence(
+                        list(p),
+                        max_tokens,
+                        temperature,
+                        g,
+                        stop_ids=frozenset(stop_ids or ()),
+                        stop=tuple(x for x in stop or () if x),
+                    )
+                )
         req.pending = len(req.seqs)
         with self._cv:
             if self._stop:
@@ -199,9 +219,22 @@ class Engine:
             s.tokens.append(tok)
             s.logprobs.append(float(lp[tok]))
             s.versions.append(self.version)
-            if tok in self.stop_ids:
-                s.finish_reason = "stop"
-            elif len(s.tokens) >= s.max_tokens:
-                s.finish_reason = "length"
+            self._check_stop(s, tok)
         self.tokens_generated += len(batch)
         self.steps += 1
+
+    def _check_stop(self, s: Sequence, tok: int) -> None:
+        """vLLM's rules: EOS (stop_reason None), a requested stop token or a stop string ending in
+        the completion's text (stop_reason the match) finish with "stop"; else max_tokens with
+        "length". The stopping token stays in the completion: the policy must learn to emit it."""
+        if tok in self.stop_ids:
+            s.finish_reason = "stop"
+        elif tok in s.stop_ids:
+            s.finish_reason, s.stop_reason = "stop", tok
+        elif s.stop and self.decode is not None:
+            text = self.decode(s.tokens)
+            hit = next((x for x in s.stop if x in text), None)
+            if hit is not None:
+                s.finish_reason, s.stop_reason = "stop", hit
+        if s.finish_reason is None and len(s.tokens) >= s.max_tokens:
+            s.finish_reason = "length"

@@ -149,6 +149,7 @@ class Orchestrator:
                 self.cfg.inference.max_tokens,
                 temperature,
                 seed + k,
+                self.env.stop,
             )
             for k, (c, part) in enumerate(zip(self.clients, parts, strict=True))
             if part
