@@ -82,6 +82,9 @@ class OrchestratorConfig:
     # Pack samples back to back in one row per micro-batch (per-sample positions, block-diagonal
     # attention) instead of one right-padded row per sample.
     packing: bool = True
+    # Completions cut off by inference.max_tokens (no stop) carry no loss; their rewards still
+    # count in their group's baseline.
+    mask_truncated: bool = True
     normalize_adv_std: bool = False
     eval_size: int = 200
     eval_samples: int = 1

@@ -168,7 +168,8 @@ class Orchestrator:
             text = self.tok.decode(c.tokens, skip_special_tokens=True)
             reward, _parts = self.env.rubric.score(text, task, self.env.parser)
             version = c.versions[0] if c.versions else fallback_version
-            rollouts.append(Rollout(prompt, c.tokens, c.logprobs, reward, version))
+            truncated = c.finish_reason == "length"
+            rollouts.append(Rollout(prompt, c.tokens, c.logprobs, reward, version, truncated=truncated))
         for r, a in zip(
             rollouts, group_advantages([r.reward for r in rollouts], self.oc.normalize_adv_std), strict=True
         ):
@@ -262,9 +263,10 @@ class Orchestrator:
     # -- batches --------------------------------------------------------------------------------
     def publish(self, step: int, groups: list[RolloutGroup]) -> int:
         packer = pack_sequences if self.oc.packing else pack
-        micro = packer(to_samples(groups), self.oc.micro_batch_tokens)
+        samples = to_samples(groups, self.oc.mask_truncated)
+        micro = packer(samples, self.oc.micro_batch_tokens)
         ranks = shard(micro, self.cfg.trainer.world_size)
-        loss_tokens = sum(len(r.completion) for g in groups for r in g.rollouts)
+        loss_tokens = sum(sum(s.loss_mask) for s in samples)
         pad = self.tok.pad_token_id
 
         def fill(tmp: Path) -> None:
@@ -343,7 +345,7 @@ class Orchestrator:
             if self.step > start and self.step % tc.checkpoint_every == 0:
                 self.save_checkpoint(snapshot)
             groups, lags, dropped = self.take_batch()
-            loss_tokens = self.publish(self.step, groups)
+            self.publish(self.step, groups)
             now = time.perf_counter()
             rewards = [r for g in groups for r in g.rewards]
             n_roll = len(rewards)
@@ -359,7 +361,8 @@ class Orchestrator:
                 "rollouts": n_roll,
                 "rollouts_per_s": n_roll / max(now - t_prev, 1e-9),
                 "step_time": now - t_prev,
-                "completion_tokens": loss_tokens,
+                "completion_tokens": sum(len(r.completion) for g in groups for r in g.rollouts),
+                "truncated_fraction": sum(r.truncated for g in groups for r in g.rollouts) / n_roll,
                 "off_policy_lag_hist": {str(k): v for k, v in sorted(hist.items())},
                 "off_policy_lag_max": max(lags),
                 "dropped_groups": dropped,

@@ -19,6 +19,7 @@ class Rollout:
     reward: float
     version: int  # oldest policy version among the completion's tokens
     advantage: float = 0.0
+    truncated: bool = False  # hit max_tokens without a stop
 
 
 @dataclass
@@ -69,15 +70,22 @@ class Sample:
     advantages: list[float]
 
 
-def to_samples(groups: list[RolloutGroup]) -> list[Sample]:
+def to_samples(groups: list[RolloutGroup], mask_truncated: bool = True) -> list[Sample]:
+    """Trainer samples; with mask_truncated a completion cut off by max_tokens carries no loss.
+
+    Its reward still counts in its group's baseline (it was a real outcome of the policy), but
+    its tokens are not pushed either way: the cut, not the tokens, decided that reward, and a
+    masked token also leaves the loss normaliser, unlike a zero advantage, which would still
+    dilute every other token's weight."""
     out = []
     for g in groups:
         for r in g.rollouts:
             n_p, n_c = len(r.prompt), len(r.completion)
+            trained = 0 if (mask_truncated and r.truncated) else 1
             out.append(
                 Sample(
                     input_ids=r.prompt + r.completion,
-                    loss_mask=[0] * n_p + [1] * n_c,
+                    loss_mask=[0] * n_p + [trained] * n_c,
                     logprobs=[0.0] * n_p + list(r.logprobs),
                     advantages=[0.0] * n_p + [r.advantage] * n_c,
                 )

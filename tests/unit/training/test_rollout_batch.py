@@ -96,3 +96,11 @@ def test_task_sampler_resumes_without_repeats_or_gaps() -> None:
     assert sorted(c.draw(7)) == list(range(7))
     with pytest.raises(ValueError):
         TaskSampler(11, seed=1).load_state_dict(state)
+
+
+def test_truncated_completions_are_masked_unless_asked_not_to() -> None:
+    g = group(0, [1.0, 0.0], length=4)
+    g.rollouts[1].truncated = True
+    masked = to_samples([g])
+    assert [sum(s.loss_mask) for s in masked] == [4, 0]
+    assert [sum(s.loss_mask) for s in to_samples([g], mask_truncated=False)] == [4, 4]
