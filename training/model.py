@@ -84,6 +84,21 @@ def load_tokenizer(path: str | Path) -> Any:
     return AutoTokenizer.from_pretrained(str(path))
 
 
+def prompt_ids(tokenizer: Any, text: str) -> list[int]:
+    """The prompt's token ids, after BOS when the tokenizer has one: Qwen's has none, and its
+    bos_token_id is None, which must not end up in a prompt."""
+    bos = tokenizer.bos_token_id
+    return ([] if bos is None else [bos]) + list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def pad_id(tokenizer: Any) -> int:
+    """The padding id: pad, else EOS (Llama tokenizers have no pad token); padding is masked."""
+    for tid in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if tid is not None:
+            return int(tid)
+    raise ValueError("the tokenizer has neither a pad nor an EOS token")
+
+
 def token_logprobs(
     model: Any,
     input_ids: torch.Tensor,

@@ -20,7 +20,7 @@ import torch
 from training.common import parse_args, set_threads
 from training.inference.engine import Engine
 from training.inference.server import InferenceServer
-from training.model import load_model, load_tokenizer
+from training.model import load_model, load_tokenizer, pad_id
 
 log = logging.getLogger("inference")
 
@@ -31,7 +31,7 @@ def build_engine(model: Any, tokenizer: Any, max_batch_size: int, device: str) -
     eos = tokenizer.eos_token_id
     return Engine(
         model,
-        tokenizer.pad_token_id,
+        pad_id(tokenizer),
         set() if eos is None else {eos},
         max_batch_size,
         0,

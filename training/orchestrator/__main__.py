@@ -35,7 +35,7 @@ from training.envs import Environment, load_environment
 from training.fsutil import COMMITTED, STABLE, latest_step, publish_dir, step_dirs
 from training.inference.client import Completion, OpenAICompatClient
 from training.metrics import Metrics
-from training.model import load_tokenizer
+from training.model import load_tokenizer, pad_id, prompt_ids
 from training.orchestrator.batch import (
     Rollout,
     RolloutGroup,
@@ -132,7 +132,7 @@ class Orchestrator:
 
     # -- generation -----------------------------------------------------------------------------
     def _prompt_ids(self, prompt: str) -> list[int]:
-        return [self.tok.bos_token_id, *self.tok.encode(prompt, add_special_tokens=False)]
+        return prompt_ids(self.tok, prompt)
 
     def generate(
         self, indices: list[int], n: int, temperature: float, seed: int, dataset: Any = None
@@ -267,7 +267,7 @@ class Orchestrator:
         micro = packer(samples, self.oc.micro_batch_tokens)
         ranks = shard(micro, self.cfg.trainer.world_size)
         loss_tokens = sum(sum(s.loss_mask) for s in samples)
-        pad = self.tok.pad_token_id
+        pad = pad_id(self.tok)
 
         def fill(tmp: Path) -> None:
             for r, mbs in enumerate(ranks):
