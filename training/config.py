@@ -67,6 +67,8 @@ class InferenceConfig:
     urls: list[str] = field(default_factory=list)
     update_weights_path: str = "/update_weights"
     max_batch_size: int = 64
+    # Built-in engine: decode over a KV cache (false: recompute every prefix each step).
+    kv_cache: bool = True
     max_tokens: int = 8
     temperature: float = 1.0
     threads: int = 1

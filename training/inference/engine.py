@@ -3,8 +3,9 @@
 Sequences join the running batch between decode steps and leave as soon as they finish, so a
 long request never holds back a short one. `pause()` returns once the current decode step is done;
 weights can then be swapped and `resume()` carries on with every in-flight sequence intact (its
-tokens keep the policy version they were sampled with). Each step recomputes the full prefix
-(no KV cache): right for the tiny CPU models of tests and the demo; GPU deployments use vLLM.
+tokens keep the policy version they were sampled with). Decoding feeds one token per sequence over
+a KV cache (kvcache.py); `kv_cache=False` recomputes every prefix each step instead. Right for the
+tiny CPU models of tests and the demo; GPU deployments use vLLM.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from training.inference.kvcache import KVBatch, supports_kv_cache
 
 
 @dataclass
@@ -58,9 +61,14 @@ class Engine:
         version: int = 0,
         device: str = "cpu",
         decode: Callable[[list[int]], str] | None = None,
+        kv_cache: bool = True,
     ) -> None:
         self.model = model.eval()
         self.pad_id = pad_id
+        # Decode one token per sequence over cached keys/values; off (or a sliding-window model):
+        # every step recomputes each sequence's whole prefix.
+        self.kv = KVBatch(model, pad_id, device) if kv_cache and supports_kv_cache(model) else None
+        self._kv_version = version
         self.stop_ids = set(stop_ids)
         self.decode = decode  # completion text, for stop strings
         self.max_batch_size = max_batch_size
@@ -191,24 +199,7 @@ class Engine:
 
     @torch.no_grad()
     def _step(self, batch: list[tuple[Request, Sequence]]) -> None:
-        rows = [s.prompt + s.tokens for _, s in batch]
-        width = max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        attn = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):  # left padding: the next-token logits sit in the last column
-            ids[i, width - len(r) :] = torch.tensor(r)
-            attn[i, width - len(r) :] = 1
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        logits = (
-            self.model(
-                input_ids=ids.to(self.device),
-                attention_mask=attn.to(self.device),
-                position_ids=pos.to(self.device),
-            )
-            .logits[:, -1]
-            .float()
-            .cpu()
-        )
+        logits = self._logits_cached(batch) if self.kv is not None else self._logits_recomputed(batch)
         for i, (_, s) in enumerate(batch):
             if s.temperature > 0:
                 lp = torch.log_softmax(logits[i] / s.temperature, dim=-1)
@@ -222,6 +213,44 @@ class Engine:
             self._check_stop(s, tok)
         self.tokens_generated += len(batch)
         self.steps += 1
+
+    def _logits_cached(self, batch: list[tuple[Request, Sequence]]) -> torch.Tensor:
+        """Next-token logits per sequence of the batch from the KV cache (rows in batch order)."""
+        assert self.kv is not None
+        if self._kv_version != self.version:
+            self.kv.clear()  # keys/values of the old weights: recompute every prefix once
+            self._kv_version = self.version
+        keys = [id(s) for _, s in batch]
+        self.kv.keep(keys)
+        cached = set(self.kv.rows)
+        joining = [s for _, s in batch if id(s) not in cached]
+        if joining:
+            self.kv.add([id(s) for s in joining], [(s.prompt + s.tokens)[:-1] for s in joining])
+        by_key = {id(s): s for _, s in batch}
+        logits = self.kv.decode([(by_key[k].prompt + by_key[k].tokens)[-1] for k in self.kv.rows])
+        order = {k: i for i, k in enumerate(self.kv.rows)}
+        return logits[[order[k] for k in keys]]
+
+    def _logits_recomputed(self, batch: list[tuple[Request, Sequence]]) -> torch.Tensor:
+        rows = [s.prompt + s.tokens for _, s in batch]
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):  # left padding: the next-token logits sit in the last column
+            ids[i, width - len(r) :] = torch.tensor(r)
+            attn[i, width - len(r) :] = 1
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        return (
+            self.model(
+                input_ids=ids.to(self.device),
+                attention_mask=attn.to(self.device),
+                position_ids=pos.to(self.device),
+                use_cache=False,
+            )
+            .logits[:, -1]
+            .float()
+            .cpu()
+        )
 
     def _check_stop(self, s: Sequence, tok: int) -> None:
         """vLLM's rules: EOS (stop_reason None), a requested stop token or a stop string ending in
