@@ -80,9 +80,16 @@ class OpenAICompatClient:
         ping()
 
     def complete(
-        self, prompts: list[list[int]], n: int, max_tokens: int, temperature: float, seed: int | None = None
+        self,
+        prompts: list[list[int]],
+        n: int,
+        max_tokens: int,
+        temperature: float,
+        seed: int | None = None,
+        stop: list[str] | None = None,
     ) -> list[list[Completion]]:
-        """One request for all prompts; returns n completions per prompt, in prompt order."""
+        """One request for all prompts; returns n completions per prompt, in prompt order.
+        `stop`: the environment's stop strings (generation ends once the text contains one)."""
         body: dict[str, Any] = {
             "model": self.model,
             "prompt": prompts,
@@ -92,6 +99,8 @@ class OpenAICompatClient:
             "logprobs": 0,
             "return_tokens_as_token_ids": True,
         }
+        if stop:
+            body["stop"] = list(stop)
         if seed is not None:
             body["seed"] = seed
         out = self._request("POST", "/v1/completions", body)

@@ -76,3 +76,57 @@ def test_pause_blocks_generation_until_resume(tiny_model_dir: Path) -> None:
         assert req.wait(30)[0].finish_reason == "length"
     finally:
         eng.stop()
+
+
+def run_requests(eng: Engine, temperature: float) -> list[list[object]]:
+    """Prompts of different lengths (one of a single token), joining a running batch at different
+    steps, some finishing early: rows join, leave and are re-aligned in the cache."""
+    reqs = [eng.submit([[1, 5, 6], [1, 9, 9, 9, 9, 9, 9, 7], [3]], n=2, max_tokens=12,
+                       temperature=temperature, seed=4)]
+    while eng.steps < 3:
+        pass
+    reqs.append(eng.submit([[1, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7]], n=2, max_tokens=5,
+                           temperature=temperature, seed=5))
+    reqs.append(eng.submit([[1, 8]], n=3, max_tokens=20, temperature=temperature, seed=6))
+    return [[(s.tokens, s.logprobs) for s in r.wait(60)] for r in reqs]
+
+
+def test_kv_cache_gives_the_outputs_of_full_recomputation(tiny_model_dir: Path) -> None:
+    tok = load_tokenizer(tiny_model_dir)
+    cached = Engine(load_model(tiny_model_dir), tok.pad_token_id, set(), 4)
+    plain = Engine(load_model(tiny_model_dir), tok.pad_token_id, set(), 4, kv_cache=False)
+    try:
+        assert cached.kv is not None and plain.kv is None
+        for temperature in (0.0, 1.0):  # greedy, and seeded sampling
+            a, b = run_requests(cached, temperature), run_requests(plain, temperature)
+            for ra, rb in zip(a, b, strict=True):
+                for (ta, la), (tb, lb) in zip(ra, rb, strict=True):
+                    assert ta == tb
+                    assert torch.allclose(torch.tensor(la), torch.tensor(lb), atol=1e-4)
+    finally:
+        cached.stop()
+        plain.stop()
+
+
+def test_kv_cache_is_rebuilt_with_new_weights(tiny_model_dir: Path) -> None:
+    tok = load_tokenizer(tiny_model_dir)
+    eng = Engine(load_model(tiny_model_dir), tok.pad_token_id, set(), 4)
+    ref = Engine(load_model(tiny_model_dir), tok.pad_token_id, set(), 4, kv_cache=False)
+    new = {k: v + 0.05 * torch.randn_like(v) for k, v in load_model(tiny_model_dir).state_dict().items()}
+    try:
+        outs = []
+        for e in (eng, ref):
+            e.pause()
+            req = e.submit([[1, 5, 6, 7]], n=2, max_tokens=16, temperature=0.0)
+            e.resume()
+            while e.steps < 4:
+                pass
+            e.update_weights(new, 1)
+            outs.append(req.wait(60))
+        for s, r in zip(*outs, strict=True):
+            # Tokens after the update are the new policy's, on a prefix recomputed with it.
+            assert s.versions == r.versions and 1 in s.versions and s.tokens == r.tokens
+            assert torch.allclose(torch.tensor(s.logprobs), torch.tensor(r.logprobs), atol=1e-4)
+    finally:
+        eng.stop()
+        ref.stop()
