@@ -112,11 +112,11 @@ def test_an_xid_older_than_the_exporter_window_but_inside_the_policy_window_stil
     sim = healed
     t0 = time.time()
     monitoring.inject(sim, "gpu-003", "xid=79,gpu=5")
-    counted = 'DCGM_EXP_XID_ERRORS_COUNT{node="gpu-003",xid="79"}'
+    counted = 'DCGM_EXP_XID_ERRORS_COUNT{Hostname="gpu-003",xid="79"}'
     wait_until(lambda: instant(sim, counted), timeout=30, interval=1)
     # dcgm-exporter's own window (10 s) lets go of it: the exporter now serves the zero series only
     wait_until(lambda: not instant(sim, counted), timeout=40, interval=1)
-    assert instant(sim, 'DCGM_EXP_XID_ERRORS_COUNT{node="gpu-003",gpu="5"}')[0]["value"][1] == "0"
+    assert instant(sim, 'DCGM_EXP_XID_ERRORS_COUNT{Hostname="gpu-003",gpu="5"}')[0]["value"][1] == "0"
     assert problems(sim)["gpu-003"] == ("FAIL", ["gpu-xid:FAIL"])
     (e,) = evidence(sim, "gpu-003").xids or []
     assert (e.xid, e.gpu, e.count) == (79, 5, 1)
