@@ -21,11 +21,12 @@ The ``monitoring`` add-on of ``SimCluster`` (``SimCluster(addons=["monitoring"])
 it on the next scrape); ``slurmd_stopped`` also stops that node's real slurmd, and healing starts it;
 ``reboot`` restarts it.
 
-``MonitoringAddon(xid_window_ms=..., counters_file=...)`` sets the emulated dcgm-exporter's XID count
-window (its ``--xid-count-window-size``) or replaces the rendered counters file with another (a
-site's variant); register such an instance under its own name (``register_addon``) to start a sim
-with it. A training run's metrics endpoints are scraped once a file_sd target file is written in
-``MonitoringInfo.file_sd_dir/training/`` (``add_training_targets``).
+``MonitoringAddon(xid_window_ms=..., dcgm_version=..., counters_file=...)`` sets the emulated
+dcgm-exporter's XID count window (its ``--xid-count-window-size``), renders the counters file for
+another DCGM release than the pinned one (4.5 adds the recovery action), or replaces the rendered
+file with another (a site's variant); register such an instance under its own name
+(``register_addon``) to start a sim with it. A training run's metrics endpoints are scraped once a
+file_sd target file is written in ``MonitoringInfo.file_sd_dir/training/`` (``add_training_targets``).
 """
 
 from __future__ import annotations
@@ -133,8 +134,9 @@ def sim_inventory(
     }
 
 
-def render_configs(mon: Path, inventory: dict[str, Any]) -> None:
-    """Run the production roles' render tasks (``render_monitoring.yml``) for ``inventory``."""
+def render_configs(mon: Path, inventory: dict[str, Any], dcgm_version: str | None = None) -> None:
+    """Run the production roles' render tasks (``render_monitoring.yml``) for ``inventory``, with the
+    pinned versions (``dcgm_version`` replaces the pinned DCGM: a site on another release)."""
     from opsctl.sim.cluster import SimError
 
     ansible = Path(sys.executable).parent / "ansible-playbook"
@@ -155,6 +157,8 @@ def render_configs(mon: Path, inventory: dict[str, Any]) -> None:
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
     )
     argv = [str(ansible), "-i", str(inv), str(PLAYBOOK), "-e", f"@{VERSIONS}"]
+    if dcgm_version is not None:
+        argv += ["-e", json.dumps({"dcgm_version": dcgm_version})]
     try:
         done = subprocess.run(
             argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=RENDER_TIMEOUT_S, check=False
@@ -182,14 +186,13 @@ def targets_health(url: str) -> dict[tuple[str, str], str]:
 
 def add_training_targets(sim: SimCluster, run: str, urls: dict[str, str]) -> Path:
     """Point Prometheus at a training run's metrics endpoints (component -> URL of /metrics), in a
-    file_sd target file as the prometheus role expects one; returns the file."""
+    file_sd target file as the prometheus role expects one; returns the file. The target label is
+    ``run``; the series carry their own ``component``."""
     info = load_info(sim)
     if info is None or not info.file_sd_dir:
         raise UsageError("the sim has no monitoring add-on running")
-    groups = []
-    for component, url in sorted(urls.items()):
-        hostport = url.split("://", 1)[-1].split("/", 1)[0]
-        groups.append({"targets": [hostport], "labels": {"run": run, "component": component}})
+    targets = sorted(url.split("://", 1)[-1].split("/", 1)[0] for url in urls.values())
+    groups = [{"targets": targets, "labels": {"run": run}}]
     path = Path(info.file_sd_dir) / "training" / f"{run}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -234,10 +237,12 @@ class MonitoringAddon:
         ready_timeout: float | None = None,
         xid_window_ms: int = XID_WINDOW_MS,
         counters_file: str | os.PathLike[str] | None = None,
+        dcgm_version: str | None = None,
     ) -> None:
         self.ready_timeout = ready_timeout
         self.xid_window_ms = xid_window_ms
         self.counters_file = None if counters_file is None else Path(counters_file)
+        self.dcgm_version = dcgm_version
 
     def start(self, sim: SimCluster) -> None:
         prometheus = shutil.which("prometheus")
@@ -265,7 +270,9 @@ class MonitoringAddon:
             shutil.copy2(rules, mon / "rules" / rules.name)
         (mon / "file_sd" / "training").mkdir(parents=True, exist_ok=True)
         render_configs(
-            mon, sim_inventory(exporter_ports, mon, prometheus_port=port, remediator_port=remediator_port)
+            mon,
+            sim_inventory(exporter_ports, mon, prometheus_port=port, remediator_port=remediator_port),
+            self.dcgm_version,
         )
         counters = mon / "dcgm-counters.csv"
         if self.counters_file is not None:
