@@ -1,7 +1,8 @@
 """PrometheusSource on the simulated cluster: the hwsim exporters (dcgm-exporter and node_exporter
 series as the real ones serve them) scraped every 5 s by a real Prometheus, a real slurmctld for
 the node list. The emulated dcgm-exporter runs with a 10 s XID count window (its
---xid-count-window-size), so "an XID older than the exporter's window" takes seconds, not 5 minutes.
+--xid-count-window-size), so "an XID older than the exporter's window" takes seconds, not 5 minutes,
+and with the dcgm role's counters file for DCGM 4.5 (the first release with the recovery action).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ pytestmark = pytest.mark.integration  # about 90 s on 2 cores
 
 NEEDED = ("munged", "slurmctld", "slurmd", "sinfo", "prometheus")
 XID_WINDOW_MS = 10_000
-ADDON = "monitoring-xid10s"
+DCGM_WITH_RECOVERY_ACTION = "4.5.3"
+ADDON = "monitoring-xid10s-dcgm45"
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +41,12 @@ def sim() -> Iterator[SimCluster]:
     missing = [p for p in NEEDED if shutil.which(p) is None]
     if missing:
         pytest.fail(f"needs {missing} (scripts/bootstrap.sh installs them)", pytrace=False)
-    register_addon(ADDON, lambda: monitoring.MonitoringAddon(xid_window_ms=XID_WINDOW_MS))
+    register_addon(
+        ADDON,
+        lambda: monitoring.MonitoringAddon(
+            xid_window_ms=XID_WINDOW_MS, dcgm_version=DCGM_WITH_RECOVERY_ACTION
+        ),
+    )
     # a short path: munge's socket lives inside and unix socket paths are limited to 107 bytes
     state_dir = Path(tempfile.mkdtemp(prefix="psrc", dir="/tmp"))
     cluster = SimCluster(nodes=4, state_dir=state_dir, addons=[ADDON])
@@ -134,7 +141,14 @@ def test_a_reboot_is_a_new_boot_id_and_clears_the_recovery_action(healed: SimClu
     faulty = wait_until(lambda: (ev := evidence(sim, "gpu-004")).gpus[2].recovery_action == "reboot" and ev)
     assert faulty.boot_id == before.boot_id and [g.recovery_action for g in faulty.gpus].count("none") == 7
     monitoring.inject(sim, "gpu-004", "reboot")
-    after = wait_until(lambda: (ev := evidence(sim, "gpu-004")).boot_id != before.boot_id and ev, timeout=30)
+    # node_exporter (the boot time) and dcgm-exporter (the recovery action) are separate targets,
+    # scraped apart as in production: wait for both to show the new boot
+    after = wait_until(
+        lambda: (ev := evidence(sim, "gpu-004")).boot_id != before.boot_id
+        and {g.recovery_action for g in ev.gpus} == {"none"}
+        and ev,
+        timeout=30,
+    )
     assert after.boot_time is not None and before.boot_time is not None and after.boot_time > before.boot_time
     assert {g.recovery_action for g in after.gpus} == {"none"} and after.gpu_count == 8
     # the XID is still in the policy window, but was last counted before this boot: history
