@@ -24,6 +24,7 @@ from opsctl.checks import judge, load_thresholds
 from opsctl.errors import Unreachable
 from opsctl.evidence.model import Evidence
 from opsctl.evidence.prometheus import PrometheusSource
+from opsctl.hwsim.state import load, state_path
 from opsctl.sim import monitoring
 from opsctl.sim.addons import register_addon
 from opsctl.sim.cluster import SimCluster
@@ -88,9 +89,17 @@ def instant(sim: SimCluster, query: str) -> list[dict[str, Any]]:
         return list(json.loads(resp.read())["data"]["result"])
 
 
+def _booted_as_healed(sim: SimCluster) -> bool:
+    """Every node's boot time in Prometheus is its state file's (a heal is a new boot, and
+    node_exporter's target is scraped apart from dcgm-exporter's)."""
+    want = {n: float(int(load(state_path(monitoring.hw_dir(sim), n)).boot_time)) for n in sim.node_names}
+    return all(ev.boot_time == want[ev.node] for ev in source(sim).collect(sim.node_names, time.time()))
+
+
 @pytest.fixture
 def healed(sim: SimCluster) -> Iterator[SimCluster]:
     wait_until(lambda: all(p == ("OK", []) for p in problems(sim).values()), timeout=60, interval=1)
+    wait_until(lambda: _booted_as_healed(sim), timeout=30, interval=1)
     yield sim
     for node in sim.node_names:
         monitoring.heal(sim, node)
