@@ -21,6 +21,8 @@ The ``monitoring`` add-on of ``SimCluster`` (``SimCluster(addons=["monitoring"])
 it on the next scrape); ``slurmd_stopped`` also stops that node's real slurmd, and healing starts it;
 ``reboot`` restarts it.
 
+``MonitoringAddon(alertmanager=True)`` also runs Debian's Alertmanager with the alertmanager role's
+rendered config, and the rendered prometheus.yml sends alerts to it.
 ``MonitoringAddon(xid_window_ms=..., dcgm_version=..., counters_file=...)`` sets the emulated
 dcgm-exporter's XID count window (its ``--xid-count-window-size``), renders the counters file for
 another DCGM release than the pinned one (4.5 adds the recovery action), or replaces the rendered
@@ -63,6 +65,7 @@ REMEDIATION_JOB = "opsctl-remediation"
 MONITOR_HOST = "sim-monitoring"
 EXPORTER_PROC = "hwsim-exporter"
 PROMETHEUS_PROC = "prometheus"
+ALERTMANAGER_PROC = "alertmanager"
 RENDER_TIMEOUT_S = 300
 
 
@@ -77,6 +80,7 @@ class MonitoringInfo:
     counters_file: str = ""  # the dcgm-exporter counters file the exporter serves
     file_sd_dir: str = ""  # file_sd target files, one directory per job (training)
     remediator_port: int = 0  # where the rendered config scrapes the remediation service
+    alertmanager_url: str = ""  # the sim's Alertmanager, when it runs one
 
 
 def hw_dir(sim: SimCluster) -> Path:
@@ -95,10 +99,16 @@ def load_info(sim: SimCluster) -> MonitoringInfo | None:
 
 
 def sim_inventory(
-    exporter_ports: dict[str, dict[str, int]], mon: Path, *, prometheus_port: int, remediator_port: int
+    exporter_ports: dict[str, dict[str, int]],
+    mon: Path,
+    *,
+    prometheus_port: int,
+    remediator_port: int,
+    alertmanager_port: int | None = None,
 ) -> dict[str, Any]:
     """The inventory the roles render for: the sim's nodes as GPU nodes at 127.0.0.1, each with its
-    own exporter ports (the host variables the prometheus role reads), and one monitoring host."""
+    own exporter ports (the host variables the prometheus role reads), one monitoring host, and an
+    Alertmanager host when ``alertmanager_port`` is given."""
     gpu_hosts = {
         node: {"ansible_host": "127.0.0.1", "dcgm_exporter_port": p["dcgm"], "node_exporter_port": p["node"]}
         for node, p in sorted(exporter_ports.items())
@@ -117,6 +127,8 @@ def sim_inventory(
                 "prometheus_config_file": str(mon / "prometheus.yml"),
                 "prometheus_rules_dir": str(mon / "rules"),
                 "prometheus_file_sd_dir": str(mon / "file_sd"),
+                # the alertmanager role
+                "alertmanager_config_file": str(mon / "alertmanager.yml"),
             },
             "children": {
                 "gpu_nodes": {"hosts": gpu_hosts},
@@ -128,6 +140,11 @@ def sim_inventory(
                             "opsctl_remediation_metrics_port": remediator_port,
                         }
                     }
+                },
+                "alertmanager": {
+                    "hosts": {}
+                    if alertmanager_port is None
+                    else {MONITOR_HOST: {"ansible_host": "127.0.0.1", "alertmanager_port": alertmanager_port}}
                 },
             },
         }
@@ -238,16 +255,21 @@ class MonitoringAddon:
         xid_window_ms: int = XID_WINDOW_MS,
         counters_file: str | os.PathLike[str] | None = None,
         dcgm_version: str | None = None,
+        alertmanager: bool = False,
     ) -> None:
         self.ready_timeout = ready_timeout
         self.xid_window_ms = xid_window_ms
         self.counters_file = None if counters_file is None else Path(counters_file)
         self.dcgm_version = dcgm_version
+        self.alertmanager = alertmanager
 
     def start(self, sim: SimCluster) -> None:
         prometheus = shutil.which("prometheus")
         if prometheus is None:
             raise ConfigError("missing program: prometheus (run scripts/bootstrap.sh)")
+        alertmanager = shutil.which("prometheus-alertmanager") if self.alertmanager else None
+        if self.alertmanager and alertmanager is None:
+            raise ConfigError("missing program: prometheus-alertmanager (run scripts/bootstrap.sh)")
         from opsctl.sim.cluster import SimError, free_ports
 
         nodes = sim.node_names
@@ -259,8 +281,8 @@ class MonitoringAddon:
             stale.unlink()
         for node in nodes:  # every up() starts from healthy hardware
             save(make_node(node), state_path(hw, node))
-        ports = free_ports(2 * len(nodes) + 2)
-        port, remediator_port = ports[-2:]
+        ports = free_ports(2 * len(nodes) + 3)
+        port, remediator_port, am_port = ports[-3:]
         exporter_ports = {
             node: {"dcgm": ports[2 * i], "node": ports[2 * i + 1]} for i, node in enumerate(nodes)
         }
@@ -271,9 +293,27 @@ class MonitoringAddon:
         (mon / "file_sd" / "training").mkdir(parents=True, exist_ok=True)
         render_configs(
             mon,
-            sim_inventory(exporter_ports, mon, prometheus_port=port, remediator_port=remediator_port),
+            sim_inventory(
+                exporter_ports,
+                mon,
+                prometheus_port=port,
+                remediator_port=remediator_port,
+                alertmanager_port=am_port if alertmanager else None,
+            ),
             self.dcgm_version,
         )
+        am_url = ""
+        if alertmanager is not None:  # the role's alertmanager.yml: its routes, its receivers
+            am_url = f"http://127.0.0.1:{am_port}"
+            shutil.rmtree(mon / "alertmanager-data", ignore_errors=True)
+            sim.spawn(ALERTMANAGER_PROC, [
+                alertmanager,
+                f"--config.file={mon / 'alertmanager.yml'}",
+                f"--storage.path={mon / 'alertmanager-data'}",
+                f"--web.listen-address=127.0.0.1:{am_port}",
+                "--cluster.listen-address=",
+                "--log.level=warn",
+            ])  # fmt: skip
         counters = mon / "dcgm-counters.csv"
         if self.counters_file is not None:
             shutil.copyfile(self.counters_file, counters)
@@ -320,7 +360,7 @@ class MonitoringAddon:
             "--log.level=warn",
         ])  # fmt: skip
         info = MonitoringInfo(
-            url, port, exporter_ports, str(hw), str(counters), str(mon / "file_sd"), remediator_port
+            url, port, exporter_ports, str(hw), str(counters), str(mon / "file_sd"), remediator_port, am_url
         )
         (mon / "monitoring.json").write_text(json.dumps(asdict(info), indent=1) + "\n")
         timeout = self.ready_timeout if self.ready_timeout is not None else 60.0 + 0.5 * len(nodes)
@@ -354,6 +394,7 @@ class MonitoringAddon:
     def stop(self, sim: SimCluster) -> None:
         sim.stop_process(PROMETHEUS_PROC)
         sim.stop_process(EXPORTER_PROC)
+        sim.stop_process(ALERTMANAGER_PROC)
 
     def status(self, sim: SimCluster) -> dict[str, Any]:
         info = load_info(sim)
