@@ -29,8 +29,13 @@ NODE = '$node'
 GPU = f'Hostname=~"{NODE}"'  # dcgm-exporter's node label
 HOST = f'instance=~"{NODE}"'  # node_exporter's (the prometheus role sets instance to the node name)
 RUN = 'run=~"$run"'
-# the clock event reasons under either name (DCGM 3: throttle reasons, DCGM 4: clocks event reasons)
-REASONS = "(DCGM_FI_DEV_CLOCK_THROTTLE_REASONS or DCGM_FI_DEV_CLOCKS_EVENT_REASONS)"
+
+
+def reasons(selector: str) -> str:
+    """The clock event reasons under either name (DCGM 3: throttle reasons, DCGM 4: clocks event)."""
+    sel = f"{{{selector}}}"
+    return f"(DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{sel} or DCGM_FI_DEV_CLOCKS_EVENT_REASONS{sel})"
+
 
 Builder = Any  # a panel builder of the SDK
 
@@ -49,7 +54,8 @@ def _targets(panel: Builder, queries: list[prometheus.Dataquery]) -> Builder:
 
 
 def ts(title: str, desc: str, unit: str, *queries: prometheus.Dataquery, w: int = 12, h: int = 8) -> Builder:
-    return _targets(timeseries.Panel().title(title).description(desc).unit(unit).span(w).height(h), list(queries))
+    panel = timeseries.Panel().title(title).description(desc).unit(unit).span(w).height(h)
+    return _targets(panel, list(queries))
 
 
 def big(title: str, desc: str, *queries: prometheus.Dataquery, unit: str = "none", w: int = 6) -> Builder:
@@ -144,7 +150,7 @@ def cluster() -> d.Dashboard:
            q(f"sum by (Hostname) (DCGM_FI_DEV_POWER_USAGE{{{GPU}}})", "{{Hostname}}")),
         ts("Throttled GPUs", "GPUs whose clocks a thermal or power event slows (reasons 0x20 and up; "
            "0x1 idle and application clocks do not count).", "none",
-           q(f"count by (Hostname) ({REASONS}{{{GPU}}} >= 32)", "{{Hostname}}")),
+           q(f"count by (Hostname) ({reasons(GPU)} >= 32)", "{{Hostname}}")),
     ):  # fmt: skip
         dash = dash.with_panel(panel)
     dash = dash.with_row(d.Row("Errors"))
@@ -160,15 +166,17 @@ def cluster() -> d.Dashboard:
              "{{Hostname}} SBE/s", ref="B")),
         ts("Row remapping", "Rows remapped after uncorrectable errors; pending: waiting for a GPU reset; "
            "failure: no spare row left.", "none",
-           q(f"sum by (Hostname) (DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS{{{GPU}}})", "{{Hostname}} remapped"),
+           q(f"sum by (Hostname) (DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS{{{GPU}}})",
+             "{{Hostname}} remapped"),
            q(f"sum by (Hostname) (DCGM_FI_DEV_ROW_REMAP_PENDING{{{GPU}}})", "{{Hostname}} pending", ref="B"),
            q(f"sum by (Hostname) (DCGM_FI_DEV_ROW_REMAP_FAILURE{{{GPU}}})", "{{Hostname}} failed", ref="C")),
         ts("PCIe link", "Lowest PCIe generation and width of each node's GPUs (H200: Gen 5 x16).", "none",
            q(f"min by (Hostname) (DCGM_FI_DEV_PCIE_LINK_GEN{{{GPU}}})", "{{Hostname}} gen"),
            q(f"min by (Hostname) (DCGM_FI_DEV_PCIE_LINK_WIDTH{{{GPU}}})", "{{Hostname}} width", ref="B")),
         ts("NVLink CRC errors /s", "Flit and data CRC errors over all links.", "cps",
-           q(f"sum by (Hostname) (rate(DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL{{{GPU}}}[$__rate_interval])"
-             f" + rate(DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL{{{GPU}}}[$__rate_interval]))",
+           q(f"sum by (Hostname) (rate(DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL{{{GPU}}}"
+             f"[$__rate_interval]) + rate(DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL{{{GPU}}}"
+             "[$__rate_interval]))",
              "{{Hostname}}")),
     ):  # fmt: skip
         dash = dash.with_panel(panel)
@@ -202,7 +210,8 @@ def infiniband() -> d.Dashboard:
         ts("Port rate", "Signalling rate each port trained at.", "bps",
            q(f"node_infiniband_rate_bytes_per_second{{{HOST}}} * 8", "{{instance}} {{device}}")),
         ts("Symbol and receive errors /s", "Physical-layer symbol errors and bad received packets.", "cps",
-           q(f"sum by (instance, device) (rate(node_infiniband_symbol_error_total{{{HOST}}}[$__rate_interval]))",
+           q(f"sum by (instance, device) (rate(node_infiniband_symbol_error_total{{{HOST}}}"
+             "[$__rate_interval]))",
              "{{instance}} {{device}} symbol"),
            q(f"sum by (instance, device) (rate(node_infiniband_port_errors_received_total{{{HOST}}}"
              "[$__rate_interval]))", "{{instance}} {{device}} rcv", ref="B")),
