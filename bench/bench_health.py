@@ -39,21 +39,26 @@ def _wait(pred, timeout: float, what: str):  # type: ignore[no-untyped-def]
 
 
 def bench_query(nodes: int, runs: int) -> None:
-    from opsctl.hwsim.exporter import MultiExporter
+    from opsctl.hwsim.exporter import MultiExporter, NodeSpec
+    from opsctl.hwsim.metrics import load_collectors
     from opsctl.hwsim.state import make_node, save, state_path
     from opsctl.sim.cluster import free_ports
-    from opsctl.sim.monitoring import prometheus_config, targets_health
+    from opsctl.sim.monitoring import EXPORTER_JOBS, render_configs, sim_inventory, targets_health
 
     names = [f"gpu-{i:03d}" for i in range(1, nodes + 1)]
     with tempfile.TemporaryDirectory(prefix="hbench") as tmp:
         root = Path(tmp)
         for n in names:
             save(make_node(n), state_path(root / "hw", n))
-        exp = MultiExporter(root / "hw", [(n, 0) for n in names])
+        # the production roles' counters file and prometheus.yml for these nodes, as the sim renders
+        ports = free_ports(2 * nodes + 2)
+        port, remediator = ports[-2:]
+        exporters = {n: {"dcgm": ports[2 * i], "node": ports[2 * i + 1]} for i, n in enumerate(names)}
+        render_configs(root, sim_inventory(exporters, root, prometheus_port=port, remediator_port=remediator))
+        specs = [NodeSpec(n, p["dcgm"], p["node"]) for n, p in exporters.items()]
+        exp = MultiExporter(root / "hw", specs, counters=load_collectors(root / "dcgm-counters.csv"))
         exp.start()
         threading.Thread(target=exp.supervise, daemon=True).start()
-        (port,) = free_ports(1)
-        (root / "prometheus.yml").write_text(prometheus_config(exp.ports()))
         prom = subprocess.Popen(
             [
                 shutil.which("prometheus") or "prometheus",
@@ -69,7 +74,9 @@ def bench_query(nodes: int, runs: int) -> None:
         url = f"http://127.0.0.1:{port}"
         try:
             _wait(
-                lambda: _ready(url) and sum(1 for h in targets_health(url).values() if h == "up") == nodes,
+                lambda: _ready(url)
+                and sum(1 for (job, _), h in targets_health(url).items() if job in EXPORTER_JOBS.values()
+                        and h == "up") == 2 * nodes,
                 120,
                 "all targets up",
             )

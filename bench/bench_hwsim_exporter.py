@@ -16,7 +16,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from opsctl.hwsim.exporter import MultiExporter
+from opsctl.hwsim.exporter import MultiExporter, NodeSpec
+from opsctl.hwsim.metrics import load_collectors
+
+# the dcgm role's counters file rendered for the pinned DCGM (kept equal to the render by a test)
+SHIPPED = Path(__file__).resolve().parents[1] / "tests" / "golden" / "production" / "dcgm-counters.csv"
 
 
 def main() -> None:
@@ -25,13 +29,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="hwsim-bench") as tmp:
-        nodes = [(f"gpu-{i:03d}", 0) for i in range(1, args.nodes + 1)]
-        exp = MultiExporter(Path(tmp), nodes)
+        nodes = [NodeSpec(f"gpu-{i:03d}") for i in range(1, args.nodes + 1)]
+        exp = MultiExporter(Path(tmp), nodes, counters=load_collectors(SHIPPED))
         exp.start()
         sup = threading.Thread(target=exp.supervise, daemon=True)
         sup.start()
         try:
-            ports = list(exp.ports().values())
+            # both endpoints of every node: dcgm-exporter and node_exporter
+            ports = [p for node in exp.ports().values() for p in node.values()]
             one: list[float] = []
             sweeps: list[float] = []
             size = 0

@@ -9,9 +9,11 @@ remediate: drain through the health guardrails, quarantine, exclude, requeue; or
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,9 @@ class Snapshot:
     nodes: list[NodeView]
     final_state: str = ""
     events: list[str] = field(default_factory=list)
+    # the last SPARK_POINTS steps' reward (orchestrator) and tokens/s (trainer), oldest first
+    reward_history: list[float] = field(default_factory=list)
+    tokens_history: list[float] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -100,6 +105,56 @@ def metrics_summary(path: Path) -> dict[str, Any]:
             out["off_policy_lag"] = rec.get("off_policy_lag_max")
             out["reward"] = _reward(rec)
     return out
+
+
+SPARK_POINTS = 40
+SPARK_BARS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float]) -> str:
+    """One bar per value, scaled between the values' own minimum and maximum (a flat series is a
+    row of middle bars); NaN and infinities are blanks."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return " " * len(values)
+    low, high = min(finite), max(finite)
+    top = len(SPARK_BARS) - 1
+    out = []
+    for v in values:
+        if not math.isfinite(v):
+            out.append(" ")
+        elif high == low:
+            out.append(SPARK_BARS[top // 2])
+        else:
+            out.append(SPARK_BARS[round((v - low) / (high - low) * top)])
+    return "".join(out)
+
+
+def metric_history(path: Path, points: int = SPARK_POINTS) -> tuple[list[float], list[float]]:
+    """The last `points` steps' mean reward (orchestrator) and tokens/s (trainer), oldest first."""
+    rewards: deque[float] = deque(maxlen=points)
+    tokens: deque[float] = deque(maxlen=points)
+    for rec in metrics_records(path):
+        comp = rec.get("component")
+        if comp == "trainer" and "step" in rec and isinstance(rec.get("tokens_per_s"), int | float):
+            tokens.append(float(rec["tokens_per_s"]))
+        elif comp == "orchestrator" and "off_policy_lag_max" in rec:
+            reward = _reward(rec)
+            if isinstance(reward, int | float):
+                rewards.append(float(reward))
+    return list(rewards), list(tokens)
+
+
+def sparklines(snap: Snapshot) -> str:
+    """`reward ▁▃▅▇ 0.41  tokens/s ▆▆▇▅ 9120` for the live view ("" before the first step)."""
+    parts = []
+    for name, series, spec in (
+        ("reward", snap.reward_history, ".3f"),
+        ("tokens/s", snap.tokens_history, ".0f"),
+    ):
+        if series:
+            parts.append(f"{name} {sparkline(series)} {format(series[-1], spec)}")
+    return "  ".join(parts)
 
 
 def reward_curve(path: Path, points: int = 8) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
@@ -217,6 +272,7 @@ class Watcher:
                     why = f"health {health[node.name]}"
                 views.append(NodeView(node.name, node.display_state, health.get(node.name, ""), why))
         metrics = metrics_summary(self.run_dir / "metrics.jsonl")
+        rewards, tokens = metric_history(self.run_dir / "metrics.jsonl")
         ckpts = committed_checkpoints(self.run_dir)
         self.ledger.checkpoints = ckpts
         self.ledger.last_step = metrics["step"]
@@ -234,6 +290,8 @@ class Watcher:
             last_checkpoint=ckpts[-1] if ckpts else None,
             nodes=views,
             final_state=self.ledger.final_state,
+            reward_history=rewards,
+            tokens_history=tokens,
         )
         return snap, job
 

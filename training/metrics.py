@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -9,10 +10,34 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
 
+from training.fsutil import COMMITTED, step_dirs
 from training.rundir import RunDir
 
 LAG_BUCKETS = (0, 1, 2, 3, 4, 6, 8, 16)
+
+
+class CheckpointCollector:
+    """``opsctl_train_last_checkpoint_timestamp_seconds{component}``: when the component's newest
+    committed checkpoint was committed (its marker's mtime), read at scrape time from the run
+    directory, so the age shows on dashboards without the training loop doing anything."""
+
+    def __init__(self, run: RunDir, component: str) -> None:
+        self.run, self.component = run, component
+
+    def collect(self) -> Any:
+        fam = GaugeMetricFamily(
+            "opsctl_train_last_checkpoint_timestamp_seconds",
+            "When the newest committed checkpoint of the component was written (epoch seconds)",
+            labels=["component"],
+        )
+        steps = step_dirs(self.run.ckpt(self.component), COMMITTED)
+        # pruned between listing and stat: the next scrape sees the newer one
+        with contextlib.suppress(OSError):
+            if steps:
+                fam.add_metric([self.component], (steps[max(steps)] / COMMITTED).stat().st_mtime)
+        yield fam
 
 
 class Metrics:
@@ -30,6 +55,7 @@ class Metrics:
             registry=self.registry,
             buckets=LAG_BUCKETS,
         )
+        self.registry.register(CheckpointCollector(run, component))
         self._fd = os.open(run.metrics, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.port: int | None = None
         self._server: Any = None

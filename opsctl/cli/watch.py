@@ -42,7 +42,9 @@ def _table(snap: Any) -> Any:
     for n in snap.nodes:
         nodes.add_row(n.name, n.state, n.health or "-", n.failed or "",
                       style="red" if n.failed else None)
-    parts: list[Any] = [head, attempts, nodes]
+    from opsctl.watch import sparklines
+
+    parts: list[Any] = [head, Text(sparklines(snap), style="cyan"), attempts, nodes]
     parts.extend(Text(e, style="yellow") for e in snap.events)
     return Group(*parts)
 

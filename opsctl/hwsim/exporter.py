@@ -1,15 +1,19 @@
-"""One process that serves the metrics endpoints of many simulated nodes, one port per node.
+"""One process that serves the metrics endpoints of many simulated nodes, as the real nodes do.
 
-Each scrape of ``http://HOST:PORT/metrics`` reads that node's state file and renders the dcgm-exporter
-and node_exporter infiniband series (see ``metrics``). A supervisor thread watches the state files:
-when a node's exporters are marked down (the ``exporter_down`` fault) its listening socket is closed,
-so Prometheus gets "connection refused" and marks the target down; when they come back the same port
-is opened again. 64 nodes cost 64 idle threads, not 64 processes.
+Each node has two endpoints, like a real GPU node: its dcgm-exporter (the fields of the counters
+file given with ``--collectors``, as the dcgm role renders it) and its node_exporter (boot time and
+the infiniband collector). Each scrape of ``http://HOST:PORT/metrics`` reads that node's state file
+and renders that exporter's series (see ``metrics``). A supervisor thread watches the state files:
+when an exporter is marked down (the ``exporter_down`` fault) its listening socket is closed, so
+Prometheus gets "connection refused" and marks that target down; when it comes back the same port
+is opened again. 64 nodes cost 128 idle threads, not 128 processes.
 
 Standard library only, so the lab can run it with Debian's bare python3::
 
-    python3 -m opsctl.hwsim.exporter --state-dir DIR --node gpu-001=9400 --node gpu-002=9401
-    python3 -m opsctl.hwsim.exporter --state /var/lib/hwsim/state.json --node gpu-001=9400 --listen 0.0.0.0
+    python3 -m opsctl.hwsim.exporter --collectors counters.csv --state-dir DIR \
+        --node gpu-001=9400,9100 --node gpu-002=9401,9101
+    python3 -m opsctl.hwsim.exporter --state /var/lib/hwsim/state.json --node gpu-001=9400 \
+        --serve dcgm --listen 0.0.0.0
 """
 
 from __future__ import annotations
@@ -22,21 +26,63 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from opsctl.hwsim.metrics import XID_WINDOW_MS, families, render_text
-from opsctl.hwsim.state import load, make_node, save, state_path
+from opsctl.errors import OpsctlError
+from opsctl.hwsim.collectors import DEFAULT_PATH, Counter
+from opsctl.hwsim.metrics import (
+    XID_WINDOW_MS,
+    Family,
+    dcgm_families,
+    load_collectors,
+    node_families,
+    render_text,
+)
+from opsctl.hwsim.state import NodeHardware, load, make_node, save, state_path
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 POLL_SECONDS = 0.25
+KINDS = ("dcgm", "node")  # dcgm-exporter, node_exporter
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """A node and the ports of its two exporters (0: any free port)."""
+
+    name: str
+    dcgm_port: int = 0
+    node_port: int = 0
+
+    def port(self, kind: str) -> int:
+        return self.dcgm_port if kind == "dcgm" else self.node_port
+
+
+@dataclass(frozen=True)
+class DcgmConfig:
+    """What dcgm-exporter is started with: its counters file and XID count window."""
+
+    counters: tuple[Counter, ...]
+    xid_window_ms: int = XID_WINDOW_MS
+
+
+def render_kind(kind: str, state: NodeHardware, dcgm: DcgmConfig) -> list[Family]:
+    if kind == "dcgm":
+        return dcgm_families(state, dcgm.counters, xid_window_ms=dcgm.xid_window_ms)
+    return node_families(state)
+
+
+def is_up(state: NodeHardware, kind: str) -> bool:
+    return state.dcgm_exporter_up if kind == "dcgm" else state.node_exporter_up
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     state_file: Path
-    xid_window_ms: int = XID_WINDOW_MS
+    kind: str
+    dcgm: DcgmConfig
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -47,7 +93,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_error(404)
             return
         try:
-            fams = families(load(self.server.state_file), xid_window_ms=self.server.xid_window_ms)
+            fams = render_kind(self.server.kind, load(self.server.state_file), self.server.dcgm)
             body = render_text(fams).encode()
         except (OSError, ValueError, KeyError, TypeError) as exc:
             self.send_error(500, f"cannot read state: {exc}")
@@ -63,16 +109,17 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class NodeEndpoint:
-    """The metrics port of one node, opened and closed as its exporters go up and down."""
+    """One exporter's metrics port on one node, opened and closed as that exporter goes up and down."""
 
     def __init__(
-        self, node: str, state_file: Path, host: str, port: int, xid_window_ms: int = XID_WINDOW_MS
+        self, node: str, kind: str, state_file: Path, host: str, port: int, dcgm: DcgmConfig
     ) -> None:
         self.node = node
+        self.kind = kind
         self.state_file = state_file
         self.host = host
         self.port = port
-        self.xid_window_ms = xid_window_ms
+        self.dcgm = dcgm
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -85,13 +132,14 @@ class NodeEndpoint:
             return
         server = _Server((self.host, self.port), _Handler)
         server.state_file = self.state_file
-        server.xid_window_ms = self.xid_window_ms
+        server.kind = self.kind
+        server.dcgm = self.dcgm
         self.port = server.server_address[1]  # the kernel's pick when asked for port 0
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever,
             kwargs={"poll_interval": 0.2},
-            name=f"metrics-{self.node}",
+            name=f"metrics-{self.node}-{self.kind}",
             daemon=True,
         )
         self._thread.start()
@@ -106,60 +154,79 @@ class NodeEndpoint:
             thread.join(timeout=5)
 
 
-def _wanted_up(state_file: Path) -> bool:
+def _wanted_up(state_file: Path, kind: str) -> bool:
     try:
         state = load(state_file)
     except (OSError, ValueError):
         return True  # keep serving (500s) rather than flap on a state file being replaced
-    return state.dcgm_exporter_up or state.node_exporter_up
+    return is_up(state, kind)
 
 
-def parse_node(arg: str) -> tuple[str, int]:
-    name, _, port = arg.partition("=")
+def parse_node(arg: str) -> NodeSpec:
+    """``NAME``, ``NAME=DCGM_PORT`` or ``NAME=DCGM_PORT,NODE_PORT``."""
+    name, _, ports = arg.partition("=")
     if not name:
-        raise argparse.ArgumentTypeError(f"bad --node {arg!r} (want NAME or NAME=PORT)")
+        raise argparse.ArgumentTypeError(f"bad --node {arg!r} (want NAME[=DCGM_PORT[,NODE_PORT]])")
+    parts = ports.split(",") if ports else []
+    if len(parts) > 2:
+        raise argparse.ArgumentTypeError(f"bad --node {arg!r} (want NAME[=DCGM_PORT[,NODE_PORT]])")
     try:
-        return name, int(port) if port else 0
+        nums = [int(p) for p in parts]
     except ValueError:
         raise argparse.ArgumentTypeError(f"bad port in --node {arg!r}") from None
+    return NodeSpec(name, *nums)
 
 
 class MultiExporter:
     def __init__(
         self,
         state_dir: Path,
-        nodes: Sequence[tuple[str, int]],
+        nodes: Sequence[NodeSpec],
         host: str = "127.0.0.1",
         *,
+        counters: Sequence[Counter],
         state_file: Path | None = None,
         xid_window_ms: int = XID_WINDOW_MS,
+        serve: Sequence[str] = KINDS,
     ) -> None:
-        """One endpoint per node, reading ``state_dir/NODE.json`` (or ``state_file`` for a single node).
+        """Endpoints per node, reading ``state_dir/NODE.json`` (or ``state_file`` for a single node).
 
-        ``xid_window_ms`` is dcgm-exporter's ``--xid-count-window-size``."""
+        ``counters`` is dcgm-exporter's counters file, ``xid_window_ms`` its
+        ``--xid-count-window-size``; ``serve`` the exporters to run (the lab runs the real
+        node_exporter and serves only ``dcgm``)."""
         if state_file is not None and len(nodes) != 1:
             raise ValueError("a single state file serves exactly one node")
-        self.endpoints = []
-        for n, p in nodes:
-            path = state_file or state_path(state_dir, n)
+        unknown = set(serve) - set(KINDS)
+        if unknown or not serve:
+            raise ValueError(f"serve: want some of {', '.join(KINDS)}, not {', '.join(serve)}")
+        dcgm = DcgmConfig(tuple(counters), xid_window_ms)
+        self.endpoints: list[NodeEndpoint] = []
+        for spec in nodes:
+            path = state_file or state_path(state_dir, spec.name)
             if not path.exists():
-                save(make_node(n), path)
-            self.endpoints.append(NodeEndpoint(n, path, host, p, xid_window_ms))
+                save(make_node(spec.name), path)
+            for kind in KINDS:
+                if kind in serve:
+                    self.endpoints.append(NodeEndpoint(spec.name, kind, path, host, spec.port(kind), dcgm))
         self._stop = threading.Event()
 
-    def ports(self) -> dict[str, int]:
-        return {e.node: e.port for e in self.endpoints}
+    def ports(self) -> dict[str, dict[str, int]]:
+        """node -> {"dcgm": port, "node": port} of the exporters served."""
+        out: dict[str, dict[str, int]] = {}
+        for e in self.endpoints:
+            out.setdefault(e.node, {})[e.kind] = e.port
+        return out
 
     def start(self) -> None:
         for e in self.endpoints:
             e.open()
-            if not _wanted_up(e.state_file):
+            if not _wanted_up(e.state_file, e.kind):
                 e.close()  # it keeps the port it got, to come back on later
 
     def supervise(self) -> None:
         while not self._stop.wait(POLL_SECONDS):
             for e in self.endpoints:
-                up = _wanted_up(e.state_file)
+                up = _wanted_up(e.state_file, e.kind)
                 if up and not e.serving:
                     with contextlib.suppress(OSError):  # port briefly taken: retry on the next poll
                         e.open()
@@ -172,7 +239,7 @@ class MultiExporter:
             e.close()
 
 
-def _write_ports(path: Path, ports: dict[str, int]) -> None:
+def _write_ports(path: Path, ports: dict[str, dict[str, int]]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(ports, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(tmp, path)
@@ -188,7 +255,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         type=parse_node,
         required=True,
-        help="NAME or NAME=PORT (port 0 or none: any free port); repeat per node",
+        help="NAME, NAME=DCGM_PORT or NAME=DCGM_PORT,NODE_PORT (0 or none: any free port); repeat per node",
+    )
+    ap.add_argument(
+        "-f",
+        "--collectors",
+        type=Path,
+        default=Path(DEFAULT_PATH),
+        help=f"dcgm-exporter's counters file: the fields to export (default {DEFAULT_PATH})",
+    )
+    ap.add_argument(
+        "--serve",
+        default=",".join(KINDS),
+        help="exporters to serve: dcgm, node or dcgm,node (default); the lab serves dcgm only",
     )
     ap.add_argument("--listen", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     ap.add_argument("--ports-file", type=Path, help="write {node: port} JSON here once all ports listen")
@@ -204,9 +283,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("--xid-count-window-size must be > 0")
     if args.state is not None and len(args.node) != 1:
         ap.error("--state serves exactly one --node")
+    serve = [k.strip() for k in args.serve.split(",") if k.strip()]
+    if not serve or set(serve) - set(KINDS):
+        ap.error(f"--serve: want dcgm, node or dcgm,node, not {args.serve!r}")
     state_dir = args.state_dir or args.state.parent
+    try:
+        counters = load_collectors(args.collectors) if "dcgm" in serve else []
+    except OpsctlError as exc:
+        print(f"hwsim-exporter: error: {exc}", file=sys.stderr)
+        return 2
     exporter = MultiExporter(
-        state_dir, args.node, args.listen, state_file=args.state, xid_window_ms=args.xid_count_window_size
+        state_dir,
+        args.node,
+        args.listen,
+        counters=counters,
+        state_file=args.state,
+        xid_window_ms=args.xid_count_window_size,
+        serve=serve,
     )
     try:
         exporter.start()

@@ -1,11 +1,17 @@
 """The metrics a real H200 node exposes, computed from its simulated state on every scrape.
 
-Two exporters, as on the real node: dcgm-exporter (``DCGM_FI_*`` fields with its labels ``gpu``,
-``UUID``, ``pci_bus_id``, ``device``, ``modelName``, ``Hostname``, ``DCGM_FI_DRIVER_VERSION``, and
-the ``DCGM_EXP_XID_ERRORS_COUNT`` exporter field) and node_exporter (the stat collector's boot time
-and the infiniband collector's ``node_infiniband_*{device,port}``). ``render_text`` writes the
-Prometheus text format the way those Go exporters do: ``# TYPE`` names equal to sample names
-(dcgm-exporter's counters carry no ``_total``), labels in emission order, and Go's float formatting.
+Two exporters, as on the real node, each on its own endpoint:
+
+- dcgm-exporter: exactly the fields its counters file lists (``collectors``), in file order, typed
+  and described as the file says, with its labels ``gpu``, ``UUID``, ``pci_bus_id``, ``device``,
+  ``modelName``, ``Hostname`` and one label per ``label`` row of the file; plus its XID collector's
+  ``DCGM_EXP_XID_ERRORS_COUNT`` when the file lists it. A field the file leaves out is absent.
+- node_exporter: the stat collector's boot time and the infiniband collector's
+  ``node_infiniband_*{device,port}``.
+
+``render_text`` writes the Prometheus text format the way those Go exporters do: ``# TYPE`` names
+equal to sample names (dcgm-exporter's counters carry no ``_total``), labels in emission order, and
+Go's float formatting.
 """
 
 from __future__ import annotations
@@ -13,12 +19,16 @@ from __future__ import annotations
 import decimal
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from opsctl.hwsim import collectors, storage
 from opsctl.hwsim.render_ib import phys_state_id, state_id
 from opsctl.hwsim.state import PRODUCT_NAME, Gpu, NodeHardware
 
 XID_WINDOW_MS = 300000  # dcgm-exporter's default --xid-count-window-size (5 minutes)
+TENSOR_SHARE = 0.45  # share of SM-busy time the tensor pipes are active under the simulated load
 
 
 @dataclass
@@ -36,219 +46,171 @@ class Family:
     samples: list[Sample] = field(default_factory=list)
 
 
-def _gpu_labels(state: NodeHardware, g: Gpu) -> dict[str, str]:
-    return {
+def _gpu_labels(state: NodeHardware, g: Gpu, label_fields: Sequence[str] = ()) -> dict[str, str]:
+    """dcgm-exporter's labels of a GPU series, then the counters file's ``label`` fields in order."""
+    labels = {
         "gpu": str(g.index),
         "UUID": g.uuid,
         "pci_bus_id": g.bus_id,
         "device": f"nvidia{g.index}",
         "modelName": PRODUCT_NAME,
         "Hostname": state.node,
-        "DCGM_FI_DRIVER_VERSION": state.driver_version,
     }
+    for name in label_fields:
+        labels[name] = LABEL_FIELDS[name](state, g)
+    return labels
 
 
-# (name, type, help, value of a GPU, printed as a double) in dcgm-exporter's CSV order.
-_DCGM_FIELDS: tuple[tuple[str, str, str, object, bool], ...] = (
-    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", lambda g: g.sm_clock_mhz, False),
-    (
-        "DCGM_FI_DEV_MEM_CLOCK",
-        "gauge",
-        "Memory clock frequency (in MHz).",
-        lambda g: g.memory_clock_mhz,
-        False,
-    ),
-    (
-        "DCGM_FI_DEV_MEMORY_TEMP",
-        "gauge",
-        "Memory temperature (in C).",
-        lambda g: g.memory_temperature_c,
-        False,
-    ),
-    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", lambda g: g.temperature_c, False),
-    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", lambda g: g.power_draw_w, True),
-    (
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-        "counter",
-        "Total energy consumption since boot (in mJ).",
-        lambda g: g.energy_mj,
-        False,
-    ),
-    (
-        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
-        "counter",
-        "Total number of PCIe retries.",
-        lambda g: g.pcie_replays,
-        False,
-    ),
-    ("DCGM_FI_DEV_PCIE_LINK_GEN", "gauge", "PCIe link generation.", lambda g: g.pcie_gen_current, False),
-    ("DCGM_FI_DEV_PCIE_LINK_WIDTH", "gauge", "PCIe link width.", lambda g: g.pcie_width_current, False),
-    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", lambda g: g.gpu_util_pct, False),
-    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", lambda g: g.mem_util_pct, False),
-    (
-        "DCGM_FI_DEV_XID_ERRORS",
-        "gauge",
-        "Value of the last XID error encountered.",
-        lambda g: g.last_xid,
-        False,
-    ),
-    (
-        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
-        "gauge",
-        "Current clock event reasons (bitmask).",
-        lambda g: g.clock_event_reasons,
-        False,
-    ),
-    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", lambda g: g.fb_free_mib, False),
-    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", lambda g: g.fb_used_mib, False),
-    (
-        "DCGM_FI_DEV_FB_RESERVED",
-        "gauge",
-        "Framebuffer memory reserved (in MiB).",
-        lambda g: g.fb_reserved_mib,
-        False,
-    ),
-    (
-        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
-        "counter",
-        "Total number of single-bit volatile ECC errors.",
-        lambda g: g.ecc_sbe_volatile,
-        False,
-    ),
-    (
-        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-        "counter",
-        "Total number of double-bit volatile ECC errors.",
-        lambda g: g.ecc_dbe_volatile,
-        False,
-    ),
-    (
-        "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
-        "counter",
-        "Total number of single-bit persistent ECC errors.",
-        lambda g: g.ecc_sbe_aggregate,
-        False,
-    ),
-    (
-        "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
-        "counter",
-        "Total number of double-bit persistent ECC errors.",
-        lambda g: g.ecc_dbe_aggregate,
-        False,
-    ),
-    (
-        "DCGM_FI_DEV_RETIRED_SBE",
-        "counter",
-        "Total number of retired pages due to single-bit errors.",
-        lambda g: g.retired_pages_sbe,
-        False,
-    ),
-    (
-        "DCGM_FI_DEV_RETIRED_DBE",
-        "counter",
-        "Total number of retired pages due to double-bit errors.",
-        lambda g: g.retired_pages_dbe,
-        False,
-    ),
-    (
-        "DCGM_FI_DEV_RETIRED_PENDING",
-        "counter",
-        "Total number of pages pending retirement.",
-        lambda g: int(g.retired_pages_pending),
-        False,
-    ),
-    (
-        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
-        "counter",
-        "Total number of NVLink flow-control CRC errors.",
-        lambda g: sum(n.crc_flit_errors for n in g.nvlinks),
-        False,
-    ),
-    (
-        "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
-        "counter",
-        "Total number of NVLink data CRC errors.",
+def _flit(g: Gpu) -> int:
+    return sum(n.crc_flit_errors for n in g.nvlinks)
+
+
+# DCGM field -> (its value for a GPU, printed as a double). dcgm-exporter takes each family's type
+# and help from the counters file; these are the values a simulated H200 has for them.
+DCGM_FIELDS: dict[str, tuple[Callable[[Gpu], float], bool]] = {
+    "DCGM_FI_DEV_SM_CLOCK": (lambda g: g.sm_clock_mhz, False),
+    "DCGM_FI_DEV_MEM_CLOCK": (lambda g: g.memory_clock_mhz, False),
+    "DCGM_FI_DEV_MEMORY_TEMP": (lambda g: g.memory_temperature_c, False),
+    "DCGM_FI_DEV_GPU_TEMP": (lambda g: g.temperature_c, False),
+    "DCGM_FI_DEV_POWER_USAGE": (lambda g: g.power_draw_w, True),
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": (lambda g: g.energy_mj, False),
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": (lambda g: g.pcie_replays, False),
+    "DCGM_FI_DEV_PCIE_LINK_GEN": (lambda g: g.pcie_gen_current, False),
+    "DCGM_FI_DEV_PCIE_LINK_WIDTH": (lambda g: g.pcie_width_current, False),
+    "DCGM_FI_DEV_GPU_UTIL": (lambda g: g.gpu_util_pct, False),
+    "DCGM_FI_DEV_MEM_COPY_UTIL": (lambda g: g.mem_util_pct, False),
+    "DCGM_FI_DEV_ENC_UTIL": (lambda g: 0, False),
+    "DCGM_FI_DEV_DEC_UTIL": (lambda g: 0, False),
+    # sticky: the last XID DCGM saw on the GPU, until its field cache starts again (a GPU reset
+    # restarts the host engine, a reboot everything); time alone never clears it
+    "DCGM_FI_DEV_XID_ERRORS": (lambda g: g.last_xid, False),
+    # one bitmask, two names: DCGM 3 calls it throttle reasons, DCGM 4 clocks event reasons
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": (lambda g: g.clock_event_reasons, False),
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": (lambda g: g.clock_event_reasons, False),
+    "DCGM_FI_DEV_FB_FREE": (lambda g: g.fb_free_mib, False),
+    "DCGM_FI_DEV_FB_USED": (lambda g: g.fb_used_mib, False),
+    "DCGM_FI_DEV_FB_RESERVED": (lambda g: g.fb_reserved_mib, False),
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": (lambda g: g.ecc_sbe_volatile, False),
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": (lambda g: g.ecc_dbe_volatile, False),
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": (lambda g: g.ecc_sbe_aggregate, False),
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": (lambda g: g.ecc_dbe_aggregate, False),
+    "DCGM_FI_DEV_RETIRED_SBE": (lambda g: g.retired_pages_sbe, False),
+    "DCGM_FI_DEV_RETIRED_DBE": (lambda g: g.retired_pages_dbe, False),
+    "DCGM_FI_DEV_RETIRED_PENDING": (lambda g: int(g.retired_pages_pending), False),
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": (_flit, False),
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": (
         lambda g: sum(n.crc_data_errors for n in g.nvlinks),
         False,
     ),
-    (
-        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
-        "counter",
-        "Total number of NVLink retries.",
-        lambda g: sum(n.replay_errors for n in g.nvlinks),
-        False,
-    ),
-    (
-        "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
-        "counter",
-        "Total number of NVLink recovery errors.",
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": (lambda g: sum(n.replay_errors for n in g.nvlinks), False),
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": (
         lambda g: sum(n.recovery_errors for n in g.nvlinks),
         False,
     ),
-    (
-        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-        "counter",
-        "Number of remapped rows for uncorrectable errors",
-        lambda g: g.remapped_rows_uncorrectable,
-        False,
-    ),
-    (
-        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-        "counter",
-        "Number of remapped rows for correctable errors",
-        lambda g: g.remapped_rows_correctable,
-        False,
-    ),
-    (
-        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
-        "gauge",
-        "Whether remapping of rows has failed",
-        lambda g: int(g.remapped_rows_failure),
-        False,
-    ),
-    (
-        "DCGM_FI_DEV_ROW_REMAP_PENDING",
-        "gauge",
-        "Whether remapping of rows is pending",
-        lambda g: int(g.remapped_rows_pending),
-        False,
-    ),
-    (
-        # DCGM >= 4.5 (field 1523; renamed DCGM_FI_DEV_GPU_RECOVERY_ACTION in 4.6, old name kept)
-        "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION",
-        "gauge",
-        "Recovery action the driver asks for (0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, "
-        "4 drain and reset).",
-        lambda g: g.recovery_action,
-        False,
-    ),
-    (
-        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-        "gauge",
-        "Ratio of time the graphics engine is active.",
-        lambda g: g.gpu_util_pct / 100.0,
-        True,
-    ),
-)
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": (lambda g: g.nvlink_bandwidth_total, False),
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": (lambda g: g.remapped_rows_uncorrectable, False),
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": (lambda g: g.remapped_rows_correctable, False),
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": (lambda g: int(g.remapped_rows_failure), False),
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": (lambda g: int(g.remapped_rows_pending), False),
+    # field 1523, DCGM >= 4.5; renamed DCGM_FI_DEV_GPU_RECOVERY_ACTION in 4.6
+    "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION": (lambda g: g.recovery_action, False),
+    "DCGM_FI_DEV_GPU_RECOVERY_ACTION": (lambda g: g.recovery_action, False),
+    # profiling ratios: the simulated load keeps the tensor pipes and HBM busy in step with SM use
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": (lambda g: g.gpu_util_pct / 100.0, True),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": (lambda g: g.gpu_util_pct * TENSOR_SHARE / 100.0, True),
+    "DCGM_FI_PROF_DRAM_ACTIVE": (lambda g: g.mem_util_pct / 100.0, True),
+}
+# Fields a counters file may list with type "label".
+LABEL_FIELDS: dict[str, Callable[[NodeHardware, Gpu], str]] = {
+    "DCGM_FI_DRIVER_VERSION": lambda s, g: s.driver_version,
+    "DCGM_FI_NVML_VERSION": lambda s, g: f"12.{s.driver_version}",
+    "DCGM_FI_DEV_SERIAL": lambda s, g: g.serial,
+    "DCGM_FI_DEV_NAME": lambda s, g: PRODUCT_NAME,
+}
+XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"  # dcgm-exporter's own XID collector
+KNOWN = frozenset({*DCGM_FIELDS, *LABEL_FIELDS, XID_COUNT})
+
+
+# Every field the simulator models, under DCGM 4.5's names, with dcgm-exporter's help texts: a
+# counters file for tests of what reads exporter output (``families``), not one any role ships.
+EVERY_FIELD_CSV = """\
+DCGM_FI_DEV_SM_CLOCK, gauge, SM clock frequency (in MHz).
+DCGM_FI_DEV_MEM_CLOCK, gauge, Memory clock frequency (in MHz).
+DCGM_FI_DEV_MEMORY_TEMP, gauge, Memory temperature (in C).
+DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).
+DCGM_FI_DEV_POWER_USAGE, gauge, Power draw (in W).
+DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, Total energy consumption since boot (in mJ).
+DCGM_FI_DEV_PCIE_REPLAY_COUNTER, counter, Total number of PCIe retries.
+DCGM_FI_DEV_PCIE_LINK_GEN, gauge, PCIe link generation.
+DCGM_FI_DEV_PCIE_LINK_WIDTH, gauge, PCIe link width.
+DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %).
+DCGM_FI_DEV_MEM_COPY_UTIL, gauge, Memory utilization (in %).
+DCGM_FI_DEV_XID_ERRORS, gauge, Value of the last XID error encountered.
+DCGM_FI_DEV_CLOCKS_EVENT_REASONS, gauge, Current clock event reasons (bitmask).
+DCGM_FI_DEV_FB_FREE, gauge, Framebuffer memory free (in MiB).
+DCGM_FI_DEV_FB_USED, gauge, Framebuffer memory used (in MiB).
+DCGM_FI_DEV_FB_RESERVED, gauge, Framebuffer memory reserved (in MiB).
+DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, counter, Total number of single-bit volatile ECC errors.
+DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, counter, Total number of double-bit volatile ECC errors.
+DCGM_FI_DEV_ECC_SBE_AGG_TOTAL, counter, Total number of single-bit persistent ECC errors.
+DCGM_FI_DEV_ECC_DBE_AGG_TOTAL, counter, Total number of double-bit persistent ECC errors.
+DCGM_FI_DEV_RETIRED_SBE, counter, Total number of retired pages due to single-bit errors.
+DCGM_FI_DEV_RETIRED_DBE, counter, Total number of retired pages due to double-bit errors.
+DCGM_FI_DEV_RETIRED_PENDING, counter, Total number of pages pending retirement.
+DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, counter, Total number of NVLink flow-control CRC errors.
+DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, counter, Total number of NVLink data CRC errors.
+DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, counter, Total number of NVLink retries.
+DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, counter, Total number of NVLink recovery errors.
+DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS, counter, Number of remapped rows for uncorrectable errors
+DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS, counter, Number of remapped rows for correctable errors
+DCGM_FI_DEV_ROW_REMAP_FAILURE, gauge, Whether remapping of rows has failed
+DCGM_FI_DEV_ROW_REMAP_PENDING, gauge, Whether remapping of rows is pending
+DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION, gauge, Recovery action the driver asks for.
+DCGM_FI_PROF_GR_ENGINE_ACTIVE, gauge, Ratio of time the graphics engine is active.
+DCGM_FI_DRIVER_VERSION, label, Driver Version
+DCGM_EXP_XID_ERRORS_COUNT, gauge, Count of XID Errors within user-specified time window.
+"""
+
+
+def load_collectors(path: str | Path) -> list[collectors.Counter]:
+    """Read a counters file as the simulated dcgm-exporter would (unknown fields refused)."""
+    return collectors.load(path, KNOWN)
+
+
+def parse_collectors(text: str, source: str = "<counters>") -> list[collectors.Counter]:
+    return collectors.parse(text, source, KNOWN)
 
 
 def dcgm_families(
-    state: NodeHardware, *, now: float | None = None, xid_window_ms: int = XID_WINDOW_MS
+    state: NodeHardware,
+    counters: Sequence[collectors.Counter],
+    *,
+    now: float | None = None,
+    xid_window_ms: int = XID_WINDOW_MS,
 ) -> list[Family]:
-    """dcgm-exporter's families; a missing GPU has no series at all, as when NVML loses it."""
+    """dcgm-exporter's families for the fields of its counters file, in file order, with the file's
+    type and help; the XID collector's family last. A missing GPU has no series at all, as when
+    NVML loses it."""
     now = time.time() if now is None else now
     gpus = state.present_gpus
+    label_fields = [c.field for c in counters if c.type == "label"]
     families: list[Family] = []
-    for name, kind, help_, getter, as_float in _DCGM_FIELDS:
-        fam = Family(name, kind, help_)
+    for c in counters:
+        if c.type == "label" or c.field == XID_COUNT:
+            continue
+        getter, as_float = DCGM_FIELDS[c.field]
+        fam = Family(c.field, c.type, c.help)
         for g in gpus:
-            fam.samples.append(Sample(_gpu_labels(state, g), float(getter(g)), as_float))  # type: ignore[operator]
+            fam.samples.append(Sample(_gpu_labels(state, g, label_fields), float(getter(g)), as_float))
         families.append(fam)
-    families.append(xid_count_family(state, now=now, window_ms=xid_window_ms))
+    if any(c.field == XID_COUNT for c in counters):
+        families.append(xid_count_family(state, now=now, window_ms=xid_window_ms, label_fields=label_fields))
     return families
 
 
-def xid_count_family(state: NodeHardware, *, now: float, window_ms: int = XID_WINDOW_MS) -> Family:
+def xid_count_family(
+    state: NodeHardware, *, now: float, window_ms: int = XID_WINDOW_MS, label_fields: Sequence[str] = ()
+) -> Family:
     """``DCGM_EXP_XID_ERRORS_COUNT`` as dcgm-exporter's XID collector builds it: per GPU, one series
     per XID seen by DCGM within the window (label ``xid``), or one zero series without ``xid``
     when there was none."""
@@ -263,7 +225,7 @@ def xid_count_family(state: NodeHardware, *, now: float, window_ms: int = XID_WI
         for e in state.xids:
             if e.gpu == g.index and e.time >= max(window_start, g.dcgm_xid_since):
                 counts[e.xid] = counts.get(e.xid, 0) + 1
-        labels = _gpu_labels(state, g) | {"window_size_in_ms": str(window_ms)}
+        labels = _gpu_labels(state, g, label_fields) | {"window_size_in_ms": str(window_ms)}
         if not counts:
             xid.samples.append(Sample(labels, 0.0))
         for code, n in sorted(counts.items()):
@@ -450,14 +412,88 @@ def stat_families(state: NodeHardware) -> list[Family]:
 
 
 def families(
-    state: NodeHardware, *, now: float | None = None, xid_window_ms: int = XID_WINDOW_MS
+    state: NodeHardware,
+    counters: Sequence[collectors.Counter] | None = None,
+    *,
+    now: float | None = None,
+    xid_window_ms: int = XID_WINDOW_MS,
 ) -> list[Family]:
+    """Both exporters' families of a node whose exporters are up; ``counters`` defaults to every
+    field the simulator models (``EVERY_FIELD_CSV``)."""
     out: list[Family] = []
     if state.dcgm_exporter_up:
-        out += dcgm_families(state, now=now, xid_window_ms=xid_window_ms)
+        rows = parse_collectors(EVERY_FIELD_CSV) if counters is None else counters
+        out += dcgm_families(state, rows, now=now, xid_window_ms=xid_window_ms)
     if state.node_exporter_up:
-        out += stat_families(state) + infiniband_families(state, now=now)
+        out += node_families(state, now=now)
     return out
+
+
+def node_families(state: NodeHardware, *, now: float | None = None) -> list[Family]:
+    """node_exporter's families the simulator serves: the stat collector's boot time, the
+    filesystem and nfs collectors (on by default), and the infiniband collector (the role enables
+    it with --collector.infiniband). The real exporter serves many more (cpu, memory, ...) that
+    nothing in opsctl reads."""
+    now = time.time() if now is None else now
+    return (
+        stat_families(state)
+        + filesystem_families(state)
+        + nfs_families(state, now)
+        + infiniband_families(state, now=now)
+    )
+
+
+def filesystem_families(state: NodeHardware) -> list[Family]:
+    """node_exporter's filesystem collector: statfs() of each mount, labelled device, fstype and
+    mountpoint (node_exporter 1.5, Debian 12)."""
+    p = "node_filesystem_"
+    fams = {
+        "avail_bytes": Family(
+            p + "avail_bytes", "gauge", "Filesystem space available to non-root users in bytes."
+        ),
+        "device_error": Family(
+            p + "device_error",
+            "gauge",
+            "Whether an error occurred while getting statistics for the given device.",
+        ),
+        "files": Family(p + "files", "gauge", "Filesystem total file nodes."),
+        "files_free": Family(p + "files_free", "gauge", "Filesystem total free file nodes."),
+        "free_bytes": Family(p + "free_bytes", "gauge", "Filesystem free space in bytes."),
+        "readonly": Family(p + "readonly", "gauge", "Filesystem read-only status."),
+        "size_bytes": Family(p + "size_bytes", "gauge", "Filesystem size in bytes."),
+    }
+    for fs in storage.filesystems(state):
+        m = fs.mount
+        labels = {"device": m.device, "fstype": m.fstype, "mountpoint": m.mountpoint}
+        values = {
+            "avail_bytes": fs.avail_bytes,
+            "device_error": 0,
+            "files": m.files,
+            "files_free": fs.files_free,
+            "free_bytes": fs.free_bytes,
+            "readonly": 0,
+            "size_bytes": m.size_bytes,
+        }
+        for key, fam in fams.items():
+            fam.samples.append(Sample(dict(labels), float(values[key])))
+    return list(fams.values())
+
+
+def nfs_families(state: NodeHardware, now: float) -> list[Family]:
+    """node_exporter's nfs collector (/proc/net/rpc/nfs): the client's RPC counters."""
+    rpcs = Family("node_nfs_rpcs_total", "counter", "Total number of RPCs performed.")
+    rpcs.samples.append(Sample({}, float(storage.nfs_rpcs(state, now))))
+    retrans = Family(
+        "node_nfs_rpc_retransmissions_total", "counter", "Number of RPC transmissions performed."
+    )
+    retrans.samples.append(Sample({}, 0.0))
+    refresh = Family(
+        "node_nfs_rpc_authentication_refreshes_total",
+        "counter",
+        "Number of RPC authentication refreshes performed.",
+    )
+    refresh.samples.append(Sample({}, 0.0))
+    return [rpcs, retrans, refresh]
 
 
 def go_float(value: float) -> str:

@@ -152,6 +152,8 @@ class Gpu:
     # starts empty again. The kernel log keeps the events.
     dcgm_xid_since: float = 0.0
     energy_mj: int = 0
+    # DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL: the NVLink bandwidth counter summed over lanes (idle: 0)
+    nvlink_bandwidth_total: int = 0
     nvlinks: list[NvLink] = field(default_factory=list)
 
     @property

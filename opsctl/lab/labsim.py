@@ -3,10 +3,15 @@
 At `lab up` each GPU machine's upper dir gets hwsim's tool shims (`nvidia-smi`, `ibstat`,
 `perfquery`, `dcgmi`, `dmesg` in /usr/local/bin, with a copy of opsctl.hwsim under
 /opt/opsctl-labsim/lib: stdlib only, as the machine's python3 has no pip packages) and a systemd
-unit serving the emulated dcgm-exporter on port 9400. The node's hardware state lives in a host
-directory bind-mounted at /var/lib/hwsim (`<node>.json`, with `state.json` pointing at it, the
-shims' default), so `lab inject`/`lab heal` edit it from the host and the tools and the exporter
-see the change on their next read.
+unit serving the emulated dcgm-exporter on port 9400. The emulated exporter reads the counters file
+the dcgm role's converge writes (/etc/dcgm-exporter/default-counters.csv): a path unit starts it
+once that file exists, and it serves only the fields listed there. The machine's real
+node_exporter (the node_exporter role) serves the node's own series; it finds no InfiniBand
+hardware, so the lab's Prometheus has no node_infiniband_* series (health over SSH reads the
+simulated sysfs tree). The node's hardware state lives in a host directory bind-mounted at
+/var/lib/hwsim (`<node>.json`, with `state.json` pointing at it, the shims' default), so
+`lab inject`/`lab heal` edit it from the host and the tools and the exporter see the change on
+their next read.
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ LABSIM_ROOT = "/opt/opsctl-labsim"
 STATE_MOUNT = "/var/lib/hwsim"  # hwsim's default state location (state.json)
 EXPORTER_PORT = 9400
 EXPORTER_UNIT = "opsctl-labsim-dcgm-exporter.service"
+EXPORTER_PATH_UNIT = "opsctl-labsim-dcgm-exporter.path"
 EXPORTER_MODULE = "opsctl.hwsim.exporter"
+COLLECTORS = "/etc/dcgm-exporter/default-counters.csv"  # the dcgm role's dcgm_exporter_collectors
 SYSFS_SUBDIR = "sys/class/infiniband"  # rendered IB sysfs tree, under the state mount
 
 
@@ -41,9 +48,22 @@ def render_exporter_unit(machine: str) -> str:
         "[Service]\n"
         f"Environment=PYTHONPATH={LABSIM_ROOT}/lib\n"
         f"ExecStart=/usr/bin/python3 -m {EXPORTER_MODULE} --state-dir {STATE_MOUNT}"
-        f" --node {machine}={EXPORTER_PORT} --listen 0.0.0.0\n"
+        f" --node {machine}={EXPORTER_PORT} --serve dcgm --collectors {COLLECTORS} --listen 0.0.0.0\n"
         "Restart=on-failure\n"
         "RestartSec=2\n"
+    )
+
+
+def render_exporter_path_unit() -> str:
+    """Starts the exporter once the converge has written its counters file (at boot, if it is
+    already there); before that there is nothing it could serve."""
+    return (
+        "[Unit]\n"
+        "Description=opsctl lab: start the emulated dcgm-exporter once its counters file exists\n"
+        "\n"
+        "[Path]\n"
+        f"PathExists={COLLECTORS}\n"
+        f"Unit={EXPORTER_UNIT}\n"
         "\n"
         "[Install]\n"
         "WantedBy=multi-user.target\n"
@@ -60,9 +80,11 @@ def install(cfg: LabConfig, machine: Machine, upper: Path) -> None:
     units = upper / "etc/systemd/system"
     (units / "multi-user.target.wants").mkdir(parents=True, exist_ok=True)
     (units / EXPORTER_UNIT).write_text(render_exporter_unit(machine.name))
-    link = units / "multi-user.target.wants" / EXPORTER_UNIT
+    (units / EXPORTER_PATH_UNIT).write_text(render_exporter_path_unit())
+    (units / "multi-user.target.wants" / EXPORTER_UNIT).unlink(missing_ok=True)  # started by the path unit
+    link = units / "multi-user.target.wants" / EXPORTER_PATH_UNIT
     if not link.is_symlink():
-        link.symlink_to(f"/etc/systemd/system/{EXPORTER_UNIT}")
+        link.symlink_to(f"/etc/systemd/system/{EXPORTER_PATH_UNIT}")
     state_dir = host_state_dir(cfg, machine.name)
     state = hwstate.ensure_node(state_dir, machine.name)
     default = state_dir / "state.json"

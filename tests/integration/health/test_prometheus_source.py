@@ -1,7 +1,8 @@
 """PrometheusSource on the simulated cluster: the hwsim exporters (dcgm-exporter and node_exporter
 series as the real ones serve them) scraped every 5 s by a real Prometheus, a real slurmctld for
 the node list. The emulated dcgm-exporter runs with a 10 s XID count window (its
---xid-count-window-size), so "an XID older than the exporter's window" takes seconds, not 5 minutes.
+--xid-count-window-size), so "an XID older than the exporter's window" takes seconds, not 5 minutes,
+and with the dcgm role's counters file for DCGM 4.5 (the first release with the recovery action).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from opsctl.checks import judge, load_thresholds
 from opsctl.errors import Unreachable
 from opsctl.evidence.model import Evidence
 from opsctl.evidence.prometheus import PrometheusSource
+from opsctl.hwsim.state import load, state_path
 from opsctl.sim import monitoring
 from opsctl.sim.addons import register_addon
 from opsctl.sim.cluster import SimCluster
@@ -31,7 +33,8 @@ pytestmark = pytest.mark.integration  # about 90 s on 2 cores
 
 NEEDED = ("munged", "slurmctld", "slurmd", "sinfo", "prometheus")
 XID_WINDOW_MS = 10_000
-ADDON = "monitoring-xid10s"
+DCGM_WITH_RECOVERY_ACTION = "4.5.3"
+ADDON = "monitoring-xid10s-dcgm45"
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +42,12 @@ def sim() -> Iterator[SimCluster]:
     missing = [p for p in NEEDED if shutil.which(p) is None]
     if missing:
         pytest.fail(f"needs {missing} (scripts/bootstrap.sh installs them)", pytrace=False)
-    register_addon(ADDON, lambda: monitoring.MonitoringAddon(xid_window_ms=XID_WINDOW_MS))
+    register_addon(
+        ADDON,
+        lambda: monitoring.MonitoringAddon(
+            xid_window_ms=XID_WINDOW_MS, dcgm_version=DCGM_WITH_RECOVERY_ACTION
+        ),
+    )
     # a short path: munge's socket lives inside and unix socket paths are limited to 107 bytes
     state_dir = Path(tempfile.mkdtemp(prefix="psrc", dir="/tmp"))
     cluster = SimCluster(nodes=4, state_dir=state_dir, addons=[ADDON])
@@ -81,9 +89,17 @@ def instant(sim: SimCluster, query: str) -> list[dict[str, Any]]:
         return list(json.loads(resp.read())["data"]["result"])
 
 
+def _booted_as_healed(sim: SimCluster) -> bool:
+    """Every node's boot time in Prometheus is its state file's (a heal is a new boot, and
+    node_exporter's target is scraped apart from dcgm-exporter's)."""
+    want = {n: float(int(load(state_path(monitoring.hw_dir(sim), n)).boot_time)) for n in sim.node_names}
+    return all(ev.boot_time == want[ev.node] for ev in source(sim).collect(sim.node_names, time.time()))
+
+
 @pytest.fixture
 def healed(sim: SimCluster) -> Iterator[SimCluster]:
     wait_until(lambda: all(p == ("OK", []) for p in problems(sim).values()), timeout=60, interval=1)
+    wait_until(lambda: _booted_as_healed(sim), timeout=30, interval=1)
     yield sim
     for node in sim.node_names:
         monitoring.heal(sim, node)
@@ -112,11 +128,11 @@ def test_an_xid_older_than_the_exporter_window_but_inside_the_policy_window_stil
     sim = healed
     t0 = time.time()
     monitoring.inject(sim, "gpu-003", "xid=79,gpu=5")
-    counted = 'DCGM_EXP_XID_ERRORS_COUNT{node="gpu-003",xid="79"}'
+    counted = 'DCGM_EXP_XID_ERRORS_COUNT{Hostname="gpu-003",xid="79"}'
     wait_until(lambda: instant(sim, counted), timeout=30, interval=1)
     # dcgm-exporter's own window (10 s) lets go of it: the exporter now serves the zero series only
     wait_until(lambda: not instant(sim, counted), timeout=40, interval=1)
-    assert instant(sim, 'DCGM_EXP_XID_ERRORS_COUNT{node="gpu-003",gpu="5"}')[0]["value"][1] == "0"
+    assert instant(sim, 'DCGM_EXP_XID_ERRORS_COUNT{Hostname="gpu-003",gpu="5"}')[0]["value"][1] == "0"
     assert problems(sim)["gpu-003"] == ("FAIL", ["gpu-xid:FAIL"])
     (e,) = evidence(sim, "gpu-003").xids or []
     assert (e.xid, e.gpu, e.count) == (79, 5, 1)
@@ -134,7 +150,14 @@ def test_a_reboot_is_a_new_boot_id_and_clears_the_recovery_action(healed: SimClu
     faulty = wait_until(lambda: (ev := evidence(sim, "gpu-004")).gpus[2].recovery_action == "reboot" and ev)
     assert faulty.boot_id == before.boot_id and [g.recovery_action for g in faulty.gpus].count("none") == 7
     monitoring.inject(sim, "gpu-004", "reboot")
-    after = wait_until(lambda: (ev := evidence(sim, "gpu-004")).boot_id != before.boot_id and ev, timeout=30)
+    # node_exporter (the boot time) and dcgm-exporter (the recovery action) are separate targets,
+    # scraped apart as in production: wait for both to show the new boot
+    after = wait_until(
+        lambda: (ev := evidence(sim, "gpu-004")).boot_id != before.boot_id
+        and {g.recovery_action for g in ev.gpus} == {"none"}
+        and ev,
+        timeout=30,
+    )
     assert after.boot_time is not None and before.boot_time is not None and after.boot_time > before.boot_time
     assert {g.recovery_action for g in after.gpus} == {"none"} and after.gpu_count == 8
     # the XID is still in the policy window, but was last counted before this boot: history

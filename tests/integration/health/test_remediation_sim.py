@@ -15,11 +15,13 @@ from promlab import wait_until
 
 from opsctl.checks import service
 from opsctl.sim import monitoring
+from opsctl.sim.addons import register_addon
 from opsctl.sim.cluster import SimCluster
 
 pytestmark = pytest.mark.integration  # about 50 s on 2 cores
 
 NEEDED = ("munged", "slurmctld", "slurmd", "sinfo", "scontrol", "prometheus")
+ADDON = "monitoring-dcgm45"
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +31,10 @@ def sim():
         pytest.fail(f"needs {missing} (scripts/bootstrap.sh installs them)", pytrace=False)
     # a short path: munge's socket lives inside and unix socket paths are limited to 107 bytes
     state_dir = Path(tempfile.mkdtemp(prefix="hlth", dir="/tmp"))
-    cluster = SimCluster(nodes=8, state_dir=state_dir, addons=["monitoring"])
+    # the dcgm role's counters for DCGM 4.5: the recovery action tells a reset-class drain when the
+    # GPU reset has happened (the pinned DCGM 3 does not export it)
+    register_addon(ADDON, lambda: monitoring.MonitoringAddon(dcgm_version="4.5.3"))
+    cluster = SimCluster(nodes=8, state_dir=state_dir, addons=[ADDON])
     try:
         cluster.up()
         yield cluster

@@ -1,5 +1,5 @@
 """A simulated cluster with monitoring: real slurmctld/slurmd/munge, the emulated exporters and a
-real Prometheus, queried over its HTTP API."""
+real Prometheus configured by the production roles, queried over its HTTP API."""
 
 from __future__ import annotations
 
@@ -71,29 +71,51 @@ def test_eight_nodes_faults_and_clean_down(make_sim: Callable[[int], SimCluster]
 
     temps = query(url, "DCGM_FI_DEV_GPU_TEMP")
     assert len(temps) == 64
-    assert {r["metric"]["node"] for r in temps} == set(sim.node_names)
-    assert all(r["metric"]["node"] == r["metric"]["Hostname"] for r in temps)
-    assert len(query(url, "node_infiniband_state_id == 4")) == 64
+    # the labels production's series carry: dcgm-exporter's Hostname, and instance = the inventory
+    # (Slurm) name the prometheus role gives every target; nothing only the sim adds
+    assert {r["metric"]["Hostname"] for r in temps} == set(sim.node_names)
+    assert all(r["metric"]["instance"] == r["metric"]["Hostname"] for r in temps)
+    assert {r["metric"]["job"] for r in temps} == {"dcgm-exporter"}
+    assert all("node" not in r["metric"] for r in temps)
+    ib = query(url, "node_infiniband_state_id == 4")
+    assert len(ib) == 64 and {r["metric"]["job"] for r in ib} == {"node"}
+    assert {r["metric"]["instance"] for r in ib} == set(sim.node_names)
+    # only the fields of the counters file the dcgm role renders for the pinned DCGM 3
+    assert len(query(url, "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS")) == 64
+    absent = ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION",
+              "DCGM_FI_DEV_RETIRED_DBE", 'DCGM_FI_DEV_GPU_TEMP{DCGM_FI_DRIVER_VERSION!=""}')  # fmt: skip
+    for name in absent:
+        assert query(url, name) == [], name
+    # the repository's alert rules are loaded, as the role installs them
+    with urllib.request.urlopen(f"{url}/api/v1/rules", timeout=10) as resp:
+        groups = {g["name"] for g in json.loads(resp.read())["data"]["groups"]}
+    assert {"gpu-health", "infiniband-health"} <= groups
 
     # An XID on one GPU of one node shows in the per-XID count, and nowhere else (every other GPU
     # has dcgm-exporter's zero series, without an xid label).
     assert len(query(url, 'DCGM_EXP_XID_ERRORS_COUNT{xid=""} == 0')) == 64
     monitoring.inject(sim, "gpu-003", "xid=79,gpu=3")
     hits = eventually(lambda: query(url, "DCGM_EXP_XID_ERRORS_COUNT > 0"), "XID 79 scraped")
-    assert [(r["metric"]["node"], r["metric"]["gpu"], r["metric"]["xid"], r["value"][1]) for r in hits] == [
-        ("gpu-003", "3", "79", "1")
-    ]
+    got = [(r["metric"]["Hostname"], r["metric"]["gpu"], r["metric"]["xid"], r["value"][1]) for r in hits]
+    assert got == [("gpu-003", "3", "79", "1")]
 
-    # A dropped exporter: Prometheus marks the target down and that node's series go stale.
+    # Dropped exporters: Prometheus marks both targets down and that node's series go stale.
     monitoring.inject(sim, "gpu-005", "exporter_down")
-    down = eventually(lambda: query(url, 'up{job="hwsim"} == 0'), "target down")
-    assert [r["metric"]["node"] for r in down] == ["gpu-005"]
+    exporters_down = 'up{job=~"node|dcgm-exporter"} == 0'
+    down = eventually(lambda: len(r := query(url, exporters_down)) == 2 and r, "targets down")
+    assert sorted((r["metric"]["job"], r["metric"]["instance"]) for r in down) == [
+        ("dcgm-exporter", "gpu-005"), ("node", "gpu-005")
+    ]  # fmt: skip
     eventually(lambda: len(query(url, "DCGM_FI_DEV_GPU_TEMP")) == 56, "stale series of gpu-005 gone")
-    assert not query(url, 'DCGM_FI_DEV_GPU_TEMP{node="gpu-005"}')
+    assert not query(url, 'DCGM_FI_DEV_GPU_TEMP{Hostname="gpu-005"}')
 
     # Healing brings it back.
     monitoring.heal(sim, "gpu-005")
-    eventually(lambda: len(query(url, 'up{job="hwsim"} == 1')) == 8, "all targets up again")
+    eventually(lambda: len(query(url, 'up{job=~"node|dcgm-exporter"} == 1')) == 16, "all targets up again")
+    # the remediation service's target is there, down until the service runs
+    assert [r["metric"]["instance"] for r in query(url, 'up{job="opsctl-remediation"} == 0')] == [
+        "sim-monitoring"
+    ]
 
     # slurmd_stopped stops the node's real slurmd; heal starts it again.
     monitoring.inject(sim, "gpu-002", "slurmd_stopped")
@@ -109,7 +131,7 @@ def test_eight_nodes_faults_and_clean_down(make_sim: Callable[[int], SimCluster]
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    ib_down = 'node_infiniband_state_id{node="gpu-004"} == 1'
+    ib_down = 'node_infiniband_state_id{instance="gpu-004"} == 1'
     hits = eventually(lambda: query(url, ib_down), "mlx5_1 of gpu-004 down in Prometheus")
     assert [r["metric"]["device"] for r in hits] == ["mlx5_1"]
     assert len(query(url, "node_infiniband_state_id == 1")) == 1
@@ -134,7 +156,7 @@ def test_sixty_four_nodes_serve_512_gpus(make_sim: Callable[[int], SimCluster]) 
     assert info is not None
     temps = query(info.prometheus_url, "DCGM_FI_DEV_GPU_TEMP")
     assert len(temps) == 512
-    assert len({(r["metric"]["node"], r["metric"]["gpu"]) for r in temps}) == 512
+    assert len({(r["metric"]["Hostname"], r["metric"]["gpu"]) for r in temps}) == 512
     assert len({r["metric"]["UUID"] for r in temps}) == 512
     monitoring.inject(sim, "gpu-042", "gpu_missing=5")
     url = info.prometheus_url

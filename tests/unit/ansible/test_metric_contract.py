@@ -38,6 +38,8 @@ NODE_COLLECTORS = {
     "node_infiniband_": "infiniband",
     "node_boot_time_seconds": "stat",
     "node_textfile_": "textfile",
+    "node_filesystem_": "filesystem",
+    "node_nfs_": "nfs",
 }
 DEFAULT_OFF = {"infiniband"}
 

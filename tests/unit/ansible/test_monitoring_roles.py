@@ -21,7 +21,7 @@ from opsctl.remediation.settings import RemediatorSection
 
 PLAYBOOK = "tests/unit/ansible/playbooks/render_monitoring.yml"
 UPDATE = os.environ.get("OPSCTL_UPDATE_GOLDEN") == "1"
-GOLDEN_FILES = ("alertmanager.yml", "opsctl.toml", "opsctl-remediation.service")
+GOLDEN_FILES = ("alertmanager.yml", "opsctl.toml", "opsctl-remediation.service", "prometheus.yml")
 
 
 def render(out: Path, tmp: Path, *extra: str) -> Path:
@@ -117,18 +117,30 @@ def test_amtool_refuses_a_broken_override(tmp_path):
 
 def test_prometheus_sends_alerts_to_alertmanager_and_scrapes_the_service(rendered):
     conf = rendered / "prometheus.yml"
+    # the full check, not only the syntax: scrape configs, relabelling, file_sd paths
     check = subprocess.run(
-        [tool("promtool"), "check", "config", "--syntax-only", str(conf)],
-        capture_output=True,
-        text=True,
-        timeout=60,
+        [tool("promtool"), "check", "config", str(conf)], capture_output=True, text=True, timeout=60
     )
     assert check.returncode == 0, check.stdout + check.stderr
     doc = yaml.safe_load(conf.read_text())
-    assert doc["alerting"]["alertmanagers"] == [{"static_configs": [{"targets": ["head-01:9093"]}]}]
+    assert doc["alerting"]["alertmanagers"] == [{"static_configs": [{"targets": ["10.10.0.10:9093"]}]}]
     jobs = {j["job_name"]: j for j in doc["scrape_configs"]}
-    assert jobs["opsctl-remediation"]["static_configs"] == [{"targets": ["head-01:9105"]}]
-    assert len(jobs["node"]["static_configs"][0]["targets"]) == 67  # the jobs that were there stay
+    assert jobs["opsctl-remediation"]["static_configs"] == [
+        {"targets": ["10.10.0.10:9105"], "labels": {"instance": "head-01"}}
+    ]
+    assert jobs["training"]["file_sd_configs"] == [{"files": ["/etc/prometheus/file_sd/training/*.json"]}]
+
+
+def test_every_target_is_named_by_its_inventory_host(rendered):
+    """Targets are reached at ansible_host, and `instance` is the inventory (Slurm) name: the node
+    name opsctl reads from node_exporter series, as it reads dcgm-exporter's Hostname."""
+    doc = yaml.safe_load((rendered / "prometheus.yml").read_text())
+    jobs = {j["job_name"]: j for j in doc["scrape_configs"]}
+    node = {c["labels"]["instance"]: c["targets"] for c in jobs["node"]["static_configs"]}
+    dcgm = {c["labels"]["instance"]: c["targets"] for c in jobs["dcgm-exporter"]["static_configs"]}
+    assert len(node) == 67 and len(dcgm) == 64  # every host; the 64 GPU nodes
+    assert node["gpu-017"] == ["10.10.1.17:9100"] and dcgm["gpu-064"] == ["10.10.1.64:9400"]
+    assert node["head-01"] == ["10.10.0.10:9100"]
 
 
 def test_opsctl_toml_loads_in_opsctl_with_the_site_overrides(rendered):

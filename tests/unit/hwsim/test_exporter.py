@@ -1,7 +1,10 @@
-"""The metrics exporter over real HTTP, parsed with prometheus_client's text parser."""
+"""The metrics exporter over real HTTP, parsed with prometheus_client's text parser, serving the
+dcgm role's counters file as rendered for the pinned DCGM (tests/golden/production/dcgm-counters.csv,
+kept equal to the real render by tests/unit/ansible/test_dcgm_role.py)."""
 
 from __future__ import annotations
 
+import argparse
 import threading
 import time
 import urllib.error
@@ -12,18 +15,35 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from opsctl.hwsim.exporter import MultiExporter
+from opsctl.hwsim.collectors import CollectorsError, Counter
+from opsctl.hwsim.exporter import MultiExporter, NodeSpec, main, parse_node
 from opsctl.hwsim.faults import apply_fault
-from opsctl.hwsim.metrics import families, go_float, render_text
+from opsctl.hwsim.metrics import (
+    XID_COUNT,
+    dcgm_families,
+    families,
+    filesystem_families,
+    go_float,
+    load_collectors,
+    node_families,
+    parse_collectors,
+    render_text,
+)
 from opsctl.hwsim.render_dmesg import render_dmesg
-from opsctl.hwsim.state import NodeHardware, ensure_node, load, save, state_path
+from opsctl.hwsim.state import NodeHardware, ensure_node, load, make_node, save, state_path
 
 NODES = ["gpu-001", "gpu-002", "gpu-003"]
+SHIPPED = Path(__file__).resolve().parents[2] / "golden" / "production" / "dcgm-counters.csv"
+
+
+@pytest.fixture(scope="module")
+def shipped() -> list[Counter]:
+    return load_collectors(SHIPPED)
 
 
 @pytest.fixture
-def exporter(tmp_path: Path) -> Iterator[MultiExporter]:
-    exp = MultiExporter(tmp_path, [(n, 0) for n in NODES])
+def exporter(tmp_path: Path, shipped: list[Counter]) -> Iterator[MultiExporter]:
+    exp = MultiExporter(tmp_path, [NodeSpec(n) for n in NODES], counters=shipped)
     exp.start()
     supervisor = threading.Thread(target=exp.supervise, daemon=True)
     supervisor.start()
@@ -74,40 +94,130 @@ def _edit(tmp_path: Path, node: str, spec: str) -> None:
     save(state, state_path(tmp_path, node))
 
 
-def test_each_node_has_its_own_port_with_dcgm_labels(exporter: MultiExporter, fixtures: Path) -> None:
+def _text(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        return str(resp.read().decode())
+
+
+def test_each_node_has_a_dcgm_and_a_node_exporter_port(
+    exporter: MultiExporter, fixtures: Path, shipped: list[Counter]
+) -> None:
     ports = exporter.ports()
-    assert sorted(ports) == NODES and len(set(ports.values())) == 3
-    series = _scrape(ports["gpu-002"])
+    assert sorted(ports) == NODES and all(set(p) == {"dcgm", "node"} for p in ports.values())
+    assert len({p for node in ports.values() for p in node.values()}) == 6
+    series = _scrape(ports["gpu-002"]["dcgm"])
     temps = series["DCGM_FI_DEV_GPU_TEMP"]
     assert sorted(int(labels["gpu"]) for labels, _ in temps) == list(range(8))
-    # The label names of a genuine dcgm-exporter scrape (minus its MIG and Kubernetes labels).
+    # The label names of a genuine dcgm-exporter scrape, minus its MIG and Kubernetes labels and
+    # minus DCGM_FI_DRIVER_VERSION: that label comes from a `label` row the shipped file does not have.
     genuine = (fixtures / "dcgm-exporter.metrics.h100-mig.excerpt.issue512.prom").read_text()
     fam = next(iter(text_string_to_metric_families(genuine)))
-    genuine_labels = set(fam.samples[1].labels) - {"GPU_I_PROFILE", "GPU_I_ID"}
+    genuine_labels = set(fam.samples[1].labels) - {"GPU_I_PROFILE", "GPU_I_ID", "DCGM_FI_DRIVER_VERSION"}
     assert all(set(labels) == genuine_labels for labels, _ in temps)
     assert {labels["Hostname"] for labels, _ in temps} == {"gpu-002"}
     assert {labels["modelName"] for labels, _ in temps} == {"NVIDIA H200"}
-    for name in [
-        "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
-        "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
-        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_RETIRED_SBE", "DCGM_FI_DEV_RETIRED_DBE",
-        "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
-        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_PCIE_LINK_GEN",
-        "DCGM_FI_DEV_PCIE_LINK_WIDTH",
-    ]:  # fmt: skip
-        assert len(series[name]) == 8, name
+    # exactly the counters file's fields, eight series each; nothing of node_exporter's here
+    assert set(series) == {c.field for c in shipped}
+    assert all(len(v) == 8 for k, v in series.items() if k != XID_COUNT)
     # no XID in the window: one zero series per GPU without an xid label, as upstream's collector
-    xids = series["DCGM_EXP_XID_ERRORS_COUNT"]
+    xids = series[XID_COUNT]
     assert sorted(int(labels["gpu"]) for labels, _ in xids) == list(range(8))
     assert all("xid" not in labels and labels["window_size_in_ms"] == "300000" for labels, _ in xids)
     assert {v for _, v in xids} == {0.0}
     free = {labels["gpu"]: v for labels, v in series["DCGM_FI_DEV_FB_FREE"]}
     assert free["0"] == 143771 - 551
+    node = _scrape(ports["gpu-002"]["node"])
+    assert node and all(name.startswith("node_") for name in node)
+
+
+def test_the_shipped_file_gives_dcgm_3_names_and_its_own_help(exporter: MultiExporter) -> None:
+    text = _text(exporter.ports()["gpu-001"]["dcgm"])
+    # DCGM 3.3 (the pinned version): the throttle-reasons name, no recovery action, no page retirement
+    assert "\nDCGM_FI_DEV_CLOCK_THROTTLE_REASONS{" in text
+    for absent in ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION",
+                   "DCGM_FI_DEV_RETIRED_DBE", "DCGM_FI_DEV_FB_RESERVED"):  # fmt: skip
+        assert absent not in text, absent
+    # type and help come from the counters file, as dcgm-exporter prints them
+    assert "# HELP DCGM_FI_DEV_GPU_TEMP GPU die temperature in C\n# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n" in text
+    assert "# TYPE DCGM_FI_DEV_ECC_DBE_VOL_TOTAL counter\n" in text
+    # the XID collector keeps its own help and gauge type whatever the file says
+    assert f"# TYPE {XID_COUNT} gauge\n" in text and "(see xid-count-window-size param)" in text
+
+
+def test_a_file_without_the_xid_count_serves_only_the_last_xid(shipped: list[Counter]) -> None:
+    lacking = [c for c in shipped if c.field != XID_COUNT]
+    node = make_node("gpu-011")
+    apply_fault(node, "xid=79,gpu=2")
+    fams = {f.name: f for f in dcgm_families(node, lacking)}
+    assert XID_COUNT not in fams
+    assert {s.labels["gpu"]: s.value for s in fams["DCGM_FI_DEV_XID_ERRORS"].samples}["2"] == 79
+
+
+def test_label_rows_become_labels_of_every_series() -> None:
+    rows = parse_collectors(
+        "# a site's file\nDCGM_FI_DEV_GPU_TEMP, gauge, temp\n DCGM_FI_DRIVER_VERSION , label , Driver\n"
+        f"{XID_COUNT}, gauge, xids\n"
+    )
+    node = make_node("gpu-012")
+    fams = dcgm_families(node, rows)
+    assert [f.name for f in fams] == ["DCGM_FI_DEV_GPU_TEMP", XID_COUNT]
+    assert all(s.labels["DCGM_FI_DRIVER_VERSION"] == node.driver_version for f in fams for s in f.samples)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("DCGM_FI_DEV_GPU_TEMP, gauge\n", "want 'field, type, help', got 2 fields"),
+        ("DCGM_FI_DEV_GPU_TEMP, summary, t\n", "type 'summary' is not one of gauge, counter, label"),
+        ("DCGM_FI_DEV_NO_SUCH_FIELD, gauge, t\n", "unknown field 'DCGM_FI_DEV_NO_SUCH_FIELD'"),
+    ],
+)
+def test_a_file_dcgm_exporter_would_refuse_is_refused(text: str, message: str) -> None:
+    with pytest.raises(CollectorsError, match=message):
+        parse_collectors(text, "x.csv")
+
+
+def test_the_cli_refuses_a_bad_counters_file_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "counters.csv"
+    bad.write_text("DCGM_FI_DEV_NO_SUCH_FIELD, gauge, t\n")
+    rc = main(["--state-dir", str(tmp_path), "--node", "gpu-001", "--collectors", str(bad)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "unknown field 'DCGM_FI_DEV_NO_SUCH_FIELD'" in err
+    rc = main(["--state-dir", str(tmp_path), "--node", "gpu-001", "--collectors", str(tmp_path / "nope")])
+    assert rc == 2 and "No such file" in capsys.readouterr().err
+
+
+def test_parse_node_gives_the_two_ports() -> None:
+    assert parse_node("gpu-001") == NodeSpec("gpu-001", 0, 0)
+    assert parse_node("gpu-001=9400") == NodeSpec("gpu-001", 9400, 0)
+    assert parse_node("gpu-001=9400,9100") == NodeSpec("gpu-001", 9400, 9100)
+    for bad in ("=1", "gpu-001=x", "gpu-001=1,2,3"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_node(bad)
+
+
+def test_the_last_xid_is_sticky_while_the_count_leaves_the_window(shipped: list[Counter]) -> None:
+    node = make_node("gpu-013")
+    apply_fault(node, "xid=79,gpu=4")
+    t = node.xids[0].time
+
+    def at(now: float) -> tuple[float, dict[str, float]]:
+        fams = {f.name: f for f in dcgm_families(node, shipped, now=now)}
+        last = {s.labels["gpu"]: s.value for s in fams["DCGM_FI_DEV_XID_ERRORS"].samples}["4"]
+        counts = {s.labels.get("xid", ""): s.value for s in fams[XID_COUNT].samples if s.labels["gpu"] == "4"}
+        return last, counts
+
+    assert at(t + 10) == (79, {"79": 1.0})
+    # a day later the 5-minute count is back to its zero series; the last-XID gauge still says 79
+    assert at(t + 86400) == (79, {"": 0.0})
+    apply_fault(node, "reboot")
+    assert at(time.time() + 1) == (0, {"": 0.0})
 
 
 def test_infiniband_series_like_node_exporter(exporter: MultiExporter, tmp_path: Path) -> None:
-    port = exporter.ports()["gpu-001"]
+    port = exporter.ports()["gpu-001"]["node"]
     series = _scrape(port)
     states = {labels["device"]: v for labels, v in series["node_infiniband_state_id"]}
     assert states == {f"mlx5_{i}": 4.0 for i in range(8)}
@@ -127,7 +237,7 @@ def test_infiniband_series_like_node_exporter(exporter: MultiExporter, tmp_path:
 
 
 def test_faults_show_on_the_next_scrape(exporter: MultiExporter, tmp_path: Path) -> None:
-    port = exporter.ports()["gpu-003"]
+    port = exporter.ports()["gpu-003"]["dcgm"]
     _edit(tmp_path, "gpu-003", "xid=79,gpu=3")
     _edit(tmp_path, "gpu-003", "ecc_dbe,gpu=1")
     _edit(tmp_path, "gpu-003", "gpu_missing=6")
@@ -139,11 +249,15 @@ def test_faults_show_on_the_next_scrape(exporter: MultiExporter, tmp_path: Path)
     assert last == {"0": 0, "1": 48, "2": 0, "3": 79, "4": 0, "5": 0, "7": 0}  # GPU 6 has no series
     dbe = {labels["gpu"]: v for labels, v in series["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"]}
     assert dbe["1"] == 1 and dbe["0"] == 0
-    # The recovery action the driver asks for (DCGM field 1523): a reboot for 79, a reset for 48.
-    action = {labels["gpu"]: v for labels, v in series["DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION"]}
+    # The recovery action the driver asks for (DCGM field 1523, DCGM >= 4.5): a reboot for 79, a
+    # reset for 48; the pinned DCGM 3 does not export it.
+    assert "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION" not in series
+    hw = load(state_path(tmp_path, "gpu-003"))
+    fams = {f.name: f for f in families(hw)}  # every field the simulator models
+    action = {s.labels["gpu"]: s.value for s in fams["DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION"].samples}
     assert (action["3"], action["1"], action["0"]) == (2, 1, 0)
     # The other nodes are untouched.
-    assert {v for _, v in _scrape(exporter.ports()["gpu-001"])["DCGM_EXP_XID_ERRORS_COUNT"]} == {0.0}
+    assert {v for _, v in _scrape(exporter.ports()["gpu-001"]["dcgm"])[XID_COUNT]} == {0.0}
 
 
 def test_xid_count_leaves_the_window(tmp_path: Path) -> None:
@@ -175,15 +289,18 @@ def test_a_gpu_reset_empties_dcgms_view_but_not_the_kernel_log(node: NodeHardwar
 
 
 def test_exporter_down_refuses_connections_and_comes_back(exporter: MultiExporter, tmp_path: Path) -> None:
-    port = exporter.ports()["gpu-002"]
-    _edit(tmp_path, "gpu-002", "exporter_down")
-    _until(lambda: _probe(port) == "refused", "port closed after exporter_down")
-    assert _scrape(exporter.ports()["gpu-001"])  # the others keep serving
+    ports = exporter.ports()["gpu-002"]
+    _edit(tmp_path, "gpu-002", "exporter_down=dcgm")
+    _until(lambda: _probe(ports["dcgm"]) == "refused", "dcgm port closed after exporter_down=dcgm")
+    assert _probe(ports["node"]) == "ok"  # its node_exporter is another process: still serving
+    assert _scrape(exporter.ports()["gpu-001"]["dcgm"])  # the others keep serving
+    _edit(tmp_path, "gpu-002", "exporter_down=node")
+    _until(lambda: _probe(ports["node"]) == "refused", "node port closed after exporter_down=node")
     hw = load(state_path(tmp_path, "gpu-002"))
     hw.dcgm_exporter_up = hw.node_exporter_up = True
     save(hw, state_path(tmp_path, "gpu-002"))
-    _until(lambda: _probe(port) == "ok", "port reopened")
-    assert len(_scrape(port)["DCGM_FI_DEV_GPU_TEMP"]) == 8
+    _until(lambda: _probe(ports["dcgm"]) == "ok" and _probe(ports["node"]) == "ok", "ports reopened")
+    assert len(_scrape(ports["dcgm"])["DCGM_FI_DEV_GPU_TEMP"]) == 8
 
 
 def test_only_one_exporter_down_drops_only_its_series(node: NodeHardware) -> None:
@@ -220,26 +337,51 @@ def test_go_float_formatting(value: float, text: str) -> None:
 
 
 def test_missing_state_gives_500_not_a_crash(exporter: MultiExporter, tmp_path: Path) -> None:
-    port = exporter.ports()["gpu-001"]
+    port = exporter.ports()["gpu-001"]["dcgm"]
     state_path(tmp_path, "gpu-001").write_text("{not json")
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
     assert err.value.code == 500
-    assert _scrape(exporter.ports()["gpu-002"])
+    assert _scrape(exporter.ports()["gpu-002"]["dcgm"])
 
 
-def test_single_node_mode_on_the_shims_state_file(tmp_path: Path) -> None:
-    """The lab form: one node, the same state file the tool shims read."""
+def test_single_node_mode_on_the_shims_state_file(tmp_path: Path, shipped: list[Counter]) -> None:
+    """The lab form: one node, the same state file the tool shims read, only dcgm-exporter served
+    (the lab's machines run the real node_exporter)."""
     state = tmp_path / "state.json"
-    exp = MultiExporter(tmp_path, [("gpu-044", 0)], state_file=state)
+    exp = MultiExporter(tmp_path, [NodeSpec("gpu-044")], state_file=state, counters=shipped, serve=["dcgm"])
     exp.start()
     try:
         assert state.exists() and not state_path(tmp_path, "gpu-044").exists()
         hw = load(state)
         apply_fault(hw, "gpu_missing=0")
         save(hw, state)
-        assert len(_scrape(exp.ports()["gpu-044"])["DCGM_FI_DEV_GPU_TEMP"]) == 7
+        assert exp.ports() == {"gpu-044": {"dcgm": exp.ports()["gpu-044"]["dcgm"]}}
+        assert len(_scrape(exp.ports()["gpu-044"]["dcgm"])["DCGM_FI_DEV_GPU_TEMP"]) == 7
     finally:
         exp.stop()
     with pytest.raises(ValueError):
-        MultiExporter(tmp_path, [("a", 0), ("b", 0)], state_file=state)
+        MultiExporter(tmp_path, [NodeSpec("a"), NodeSpec("b")], state_file=state, counters=shipped)
+    with pytest.raises(ValueError):
+        MultiExporter(tmp_path, [NodeSpec("a")], counters=shipped, serve=["dcgm", "ipmi"])
+
+
+def test_filesystems_and_nfs_like_node_exporter(node: NodeHardware) -> None:
+    fams = {f.name: f for f in node_families(node, now=node.boot_time + 100)}
+    sizes = {s.labels["mountpoint"]: s for s in fams["node_filesystem_size_bytes"].samples}
+    assert sorted(sizes) == ["/", "/home", "/lustre/scratch", "/scratch", "/shared"]
+    assert {k: s.labels["fstype"] for k, s in sizes.items()} == {
+        "/": "ext4", "/home": "nfs4", "/lustre/scratch": "lustre", "/scratch": "xfs", "/shared": "nfs4"
+    }  # fmt: skip
+    assert all(set(s.labels) == {"device", "fstype", "mountpoint"} for s in sizes.values())
+    avail = {s.labels["mountpoint"]: s.value for s in fams["node_filesystem_avail_bytes"].samples}
+    free = {s.labels["mountpoint"]: s.value for s in fams["node_filesystem_free_bytes"].samples}
+    assert all(0 < avail[m] <= free[m] < sizes[m].value for m in sizes)
+    assert avail["/"] < free["/"]  # ext4 keeps blocks for root
+    # a shared file system reads the same from every node; a local one is the node's own
+    other = {s.labels["mountpoint"]: s.value for s in filesystem_families(make_node("gpu-042"))[0].samples}
+    assert other["/shared"] == avail["/shared"] and other["/scratch"] != avail["/scratch"]
+    (rpcs,) = fams["node_nfs_rpcs_total"].samples
+    assert rpcs.value == 4000 and rpcs.labels == {}
+    later = {f.name: f for f in node_families(node, now=node.boot_time + 200)}
+    assert later["node_nfs_rpcs_total"].samples[0].value == 8000

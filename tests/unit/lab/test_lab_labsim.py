@@ -7,7 +7,7 @@ from opsctl.lab import faults, labsim
 from opsctl.lab.config import LabConfig
 
 
-def test_exporter_unit_serves_port_9400_from_the_nodes_state() -> None:
+def test_exporter_unit_serves_dcgm_on_port_9400_from_the_nodes_state_and_the_roles_counters() -> None:
     parser = configparser.ConfigParser(strict=False, interpolation=None)
     parser.optionxform = str  # type: ignore[assignment,method-assign]
     parser.read_string(labsim.render_exporter_unit("gpu-001"))
@@ -16,7 +16,15 @@ def test_exporter_unit_serves_port_9400_from_the_nodes_state() -> None:
     assert start[start.index("--node") + 1] == "gpu-001=9400"
     assert start[start.index("--state-dir") + 1] == "/var/lib/hwsim"
     assert start[start.index("--listen") + 1] == "0.0.0.0"
-    assert parser["Install"]["WantedBy"] == "multi-user.target"
+    # only dcgm-exporter (the machine runs the real node_exporter), with the file the dcgm role writes
+    assert start[start.index("--serve") + 1] == "dcgm"
+    assert start[start.index("--collectors") + 1] == "/etc/dcgm-exporter/default-counters.csv"
+    path = configparser.ConfigParser(strict=False, interpolation=None)
+    path.optionxform = str  # type: ignore[assignment,method-assign]
+    path.read_string(labsim.render_exporter_path_unit())
+    assert path["Path"]["PathExists"] == "/etc/dcgm-exporter/default-counters.csv"
+    assert path["Path"]["Unit"] == labsim.EXPORTER_UNIT
+    assert path["Install"]["WantedBy"] == "multi-user.target"
 
 
 def test_only_gpu_machines_get_the_state_bind_mount(tmp_path: object) -> None:

@@ -21,3 +21,24 @@ def test_metrics_reach_jsonl_and_prometheus(tmp_path: Path) -> None:
         assert "opsctl_train_stale_groups_dropped_total" in body
     finally:
         m.close()
+
+
+def test_the_newest_committed_checkpoint_is_exported_with_its_time(tmp_path: Path) -> None:
+    from training.fsutil import COMMITTED, publish_dir
+
+    run = RunDir(tmp_path)
+    m = Metrics(run, "trainer", port=0)
+    try:
+        url = json.loads((run.peers / "metrics-trainer.json").read_text())["url"]
+        name = "opsctl_train_last_checkpoint_timestamp_seconds"
+        assert f'{name}{{component="trainer"}}' not in urllib.request.urlopen(url, timeout=10).read().decode()
+        for step in (2, 4):
+            final = run.step(run.ckpt("trainer"), step)
+            publish_dir(final, lambda p: (p / "state.pt").write_bytes(b""), COMMITTED)
+        (run.ckpt("trainer") / "step_6").mkdir()  # being written: not committed, not counted
+        committed = (run.step(run.ckpt("trainer"), 4) / COMMITTED).stat().st_mtime
+        body = urllib.request.urlopen(url, timeout=10).read().decode()
+        line = next(x for x in body.splitlines() if x.startswith(f'{name}{{component="trainer"}}'))
+        assert float(line.split()[1]) == committed
+    finally:
+        m.close()
