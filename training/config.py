@@ -67,8 +67,6 @@ class InferenceConfig:
     urls: list[str] = field(default_factory=list)
     update_weights_path: str = "/update_weights"
     max_batch_size: int = 64
-    # Built-in engine: decode over a KV cache (false: recompute every prefix each step).
-    kv_cache: bool = True
     max_tokens: int = 8
     temperature: float = 1.0
     threads: int = 1
@@ -81,12 +79,6 @@ class OrchestratorConfig:
     async_level: int = 1
     max_off_policy_steps: int = 2
     micro_batch_tokens: int = 2048
-    # Pack samples back to back in one row per micro-batch (per-sample positions, block-diagonal
-    # attention) instead of one right-padded row per sample.
-    packing: bool = True
-    # Completions cut off by inference.max_tokens (no stop) carry no loss; their rewards still
-    # count in their group's baseline.
-    mask_truncated: bool = True
     normalize_adv_std: bool = False
     eval_size: int = 200
     eval_samples: int = 1
@@ -111,10 +103,6 @@ class TrainerConfig:
     keep_weights: int = 3
     threads: int = 1
     backend: str = "auto"  # auto: nccl+FSDP on GPU, gloo on CPU
-    # FSDP2 sharding of the model across ranks: auto = on GPU with more than one rank; on = also
-    # on CPU over gloo (how the sharded path is tested without a GPU); off = replicate and
-    # all-reduce gradients.
-    fsdp: str = "auto"
 
 
 @dataclass
@@ -142,7 +130,6 @@ _CHOICES = {
     "model.arch": {"qwen3", "glm4_moe", "llama"},
     "model.dtype": {"float32", "bfloat16", "float16"},
     "trainer.backend": {"auto", "gloo", "nccl"},
-    "trainer.fsdp": {"auto", "on", "off"},
 }
 
 

@@ -84,42 +84,12 @@ def load_tokenizer(path: str | Path) -> Any:
     return AutoTokenizer.from_pretrained(str(path))
 
 
-def prompt_ids(tokenizer: Any, text: str) -> list[int]:
-    """The prompt's token ids, after BOS when the tokenizer has one: Qwen's has none, and its
-    bos_token_id is None, which must not end up in a prompt."""
-    bos = tokenizer.bos_token_id
-    return ([] if bos is None else [bos]) + list(tokenizer.encode(text, add_special_tokens=False))
-
-
-def pad_id(tokenizer: Any) -> int:
-    """The padding id: pad, else EOS (Llama tokenizers have no pad token); padding is masked."""
-    for tid in (tokenizer.pad_token_id, tokenizer.eos_token_id):
-        if tid is not None:
-            return int(tid)
-    raise ValueError("the tokenizer has neither a pad nor an EOS token")
-
-
 def token_logprobs(
-    model: Any,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    temperature: float = 1.0,
-    position_ids: torch.Tensor | None = None,
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0
 ) -> torch.Tensor:
-    """Log-probability of each token given its prefix; position 0 gets 0. Shape [B, T].
-
-    Padded rows pass an attention mask (positions follow it). Packed rows pass position_ids that
-    restart at 0 for every sample and no mask: transformers then builds the block-diagonal causal
-    mask from the restarts. The log-prob at a sample's first token is then conditioned on the
-    previous sample, meaningless, and always outside the loss (it is a prompt token)."""
-    if position_ids is None:
-        if attention_mask is None:
-            raise ValueError("token_logprobs needs an attention mask or position ids")
-        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    # No KV cache: scoring needs none, and transformers only detects packed rows without one.
-    logits = model(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
-    ).logits
+    """Log-probability of each token given its prefix; position 0 gets 0. Shape [B, T]."""
+    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
     logits = logits[:, :-1].float()
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature

@@ -18,7 +18,7 @@ from training.config import JobConfig
 from training.envs import Environment, load_environment
 from training.fsutil import STABLE, is_committed, publish_dir
 from training.metrics import Metrics
-from training.model import create_tiny_model, load_model, load_tokenizer, pad_id, prompt_ids
+from training.model import create_tiny_model, load_model, load_tokenizer
 from training.rundir import RunDir
 
 log = logging.getLogger("sft")
@@ -37,16 +37,15 @@ def ensure_base_model(run: RunDir, cfg: JobConfig) -> Path:
 
 
 def demo_batch(env: Environment, tokenizer: object, tasks: list, device: str) -> tuple[torch.Tensor, ...]:
-    """Right-padded [bos] prompt answer stop (the prompt exactly as the orchestrator sends it);
-    the loss mask covers the answer and stop only."""
+    """Right-padded [bos] prompt answer stop; the loss mask covers the answer and stop only."""
     rows, masks = [], []
     for t in tasks:
-        p = prompt_ids(tokenizer, t.prompt)
+        p = tokenizer.encode(t.prompt, add_special_tokens=False)  # type: ignore[attr-defined]
         a = tokenizer.encode(env.demonstration(t), add_special_tokens=False)  # type: ignore[attr-defined]
-        rows.append([*p, *a])
-        masks.append([0] * len(p) + [1] * len(a))
+        rows.append([tokenizer.bos_token_id, *p, *a])  # type: ignore[attr-defined]
+        masks.append([0] * (1 + len(p)) + [1] * len(a))
     width = max(len(r) for r in rows)
-    pad = pad_id(tokenizer)
+    pad = tokenizer.pad_token_id  # type: ignore[attr-defined]
     ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=device)
     attn = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=device)
     loss_mask = torch.tensor([m + [0] * (width - len(m)) for m in masks], device=device, dtype=torch.float32)

@@ -37,9 +37,7 @@ def start(run_dir: Path) -> tuple[int, int]:
 
     run = RunDir(run_dir)
     cfg = run.load_config()
-    # Always, also before the first checkpoint: an attempt that died then left committed
-    # rollouts and weights, and a restart from step 0 beside them would fail to publish its own.
-    step = resume_point(run, cfg)
+    step = resume_point(run, cfg) if run.ckpt("trainer").exists() else 0
     nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
     number = next_attempt(run_dir)
     record_attempt_start(

@@ -52,11 +52,6 @@ class Environment:
     rubric: Rubric
     parser: Parser = field(default_factory=Parser)
 
-    @property
-    def stop(self) -> list[str]:
-        """Stop strings for generation: the end-of-answer marker of this environment's parser."""
-        return [self.parser.stop]
-
     def demonstration(self, task: Task) -> str:
         """The SFT target for a task: the answer then the end-of-answer marker."""
         return task.answer + self.parser.stop

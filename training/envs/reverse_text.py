@@ -40,9 +40,7 @@ def load_environment(
             word = "".join(rng.choice(alphabet) for _ in range(rng.randint(min_len, max_len)))
             if word in seen:
                 continue
-            # A word and its reversal are one problem seen from both ends (each prompt is the
-            # other's answer): never one held out and the other trained on.
-            seen.update((word, word[::-1]))
+            seen.add(word)
             out.append(Task(id=f"{prefix}{len(out)}", prompt=f"rev:{word}=", answer=word[::-1]))
         return out
 

@@ -13,34 +13,15 @@ import os
 import signal
 import socket
 import threading
-from typing import Any
 
 import torch
 
 from training.common import parse_args, set_threads
 from training.inference.engine import Engine
 from training.inference.server import InferenceServer
-from training.model import load_model, load_tokenizer, pad_id
+from training.model import load_model, load_tokenizer
 
 log = logging.getLogger("inference")
-
-
-def build_engine(
-    model: Any, tokenizer: Any, max_batch_size: int, device: str, kv_cache: bool = True
-) -> Engine:
-    """EOS always stops; the environment's stop strings come with each request (`stop`), so no
-    stop sequence is baked into the server."""
-    eos = tokenizer.eos_token_id
-    return Engine(
-        model,
-        pad_id(tokenizer),
-        set() if eos is None else {eos},
-        max_batch_size,
-        0,
-        device,
-        decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
-        kv_cache=kv_cache,
-    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -51,7 +32,8 @@ def main(argv: list[str] | None = None) -> None:
     path = run.initial_model(cfg)
     model = load_model(path, cfg.model.dtype, device)
     tokenizer = load_tokenizer(path)
-    engine = build_engine(model, tokenizer, cfg.inference.max_batch_size, device, cfg.inference.kv_cache)
+    stop_ids = {tokenizer.eos_token_id, *tokenizer.encode("\n", add_special_tokens=False)}
+    engine = Engine(model, tokenizer.pad_token_id, stop_ids, cfg.inference.max_batch_size, 0, device)
     server = InferenceServer(engine, tokenizer, str(path), cfg.inference.host, cfg.inference.port)
     host = cfg.inference.host if cfg.inference.host not in ("0.0.0.0", "") else socket.gethostname()
     url = f"http://{host}:{server.port}"

@@ -80,16 +80,9 @@ class OpenAICompatClient:
         ping()
 
     def complete(
-        self,
-        prompts: list[list[int]],
-        n: int,
-        max_tokens: int,
-        temperature: float,
-        seed: int | None = None,
-        stop: list[str] | None = None,
+        self, prompts: list[list[int]], n: int, max_tokens: int, temperature: float, seed: int | None = None
     ) -> list[list[Completion]]:
-        """One request for all prompts; returns n completions per prompt, in prompt order.
-        `stop`: the environment's stop strings (generation ends once the text contains one)."""
+        """One request for all prompts; returns n completions per prompt, in prompt order."""
         body: dict[str, Any] = {
             "model": self.model,
             "prompt": prompts,
@@ -99,8 +92,6 @@ class OpenAICompatClient:
             "logprobs": 0,
             "return_tokens_as_token_ids": True,
         }
-        if stop:
-            body["stop"] = list(stop)
         if seed is not None:
             body["seed"] = seed
         out = self._request("POST", "/v1/completions", body)

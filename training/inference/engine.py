@@ -3,9 +3,8 @@
 Sequences join the running batch between decode steps and leave as soon as they finish, so a
 long request never holds back a short one. `pause()` returns once the current decode step is done;
 weights can then be swapped and `resume()` carries on with every in-flight sequence intact (its
-tokens keep the policy version they were sampled with). Decoding feeds one token per sequence over
-a KV cache (kvcache.py); `kv_cache=False` recomputes every prefix each step instead. Right for the
-tiny CPU models of tests and the demo; GPU deployments use vLLM.
+tokens keep the policy version they were sampled with). Each step recomputes the full prefix
+(no KV cache): right for the tiny CPU models of tests and the demo; GPU deployments use vLLM.
 """
 
 from __future__ import annotations
@@ -13,13 +12,10 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-
-from training.inference.kvcache import KVBatch, supports_kv_cache
 
 
 @dataclass
@@ -32,10 +28,6 @@ class Sequence:
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     finish_reason: str | None = None
-    # Per-request stops (the environment's), on top of the engine's (EOS).
-    stop_ids: frozenset[int] = frozenset()
-    stop: tuple[str, ...] = ()
-    stop_reason: int | str | None = None  # the matched stop token or string; None for EOS/length
 
 
 @dataclass
@@ -60,17 +52,10 @@ class Engine:
         max_batch_size: int = 64,
         version: int = 0,
         device: str = "cpu",
-        decode: Callable[[list[int]], str] | None = None,
-        kv_cache: bool = True,
     ) -> None:
         self.model = model.eval()
         self.pad_id = pad_id
-        # Decode one token per sequence over cached keys/values; off (or a sliding-window model):
-        # every step recomputes each sequence's whole prefix.
-        self.kv = KVBatch(model, pad_id, device) if kv_cache and supports_kv_cache(model) else None
-        self._kv_version = version
         self.stop_ids = set(stop_ids)
-        self.decode = decode  # completion text, for stop strings
         self.max_batch_size = max_batch_size
         self.version = version
         self.device = device
@@ -95,13 +80,9 @@ class Engine:
         max_tokens: int = 16,
         temperature: float = 1.0,
         seed: int | None = None,
-        stop: list[str] | None = None,
-        stop_ids: list[int] | None = None,
     ) -> Request:
         if not prompts or any(not p for p in prompts):
             raise ValueError("empty prompt")
-        if stop and self.decode is None:
-            raise ValueError("stop strings need an engine with a decoder")
         req = Request(id=next(self._ids), seqs=[])
         base = seed if seed is not None else int(torch.randint(0, 2**31, (1,)).item())
         for i, p in enumerate(prompts):
@@ -110,16 +91,7 @@ class Engine:
                 # Each sequence draws from its own generator: the same seed gives the same sample
                 # whatever else shares the batch.
                 g.manual_seed((base * 1_000_003 + i * 1009 + j) % 2**63)
-                req.seqs.append(
-                    Sequence(
-                        list(p),
-                        max_tokens,
-                        temperature,
-                        g,
-                        stop_ids=frozenset(stop_ids or ()),
-                        stop=tuple(x for x in stop or () if x),
-                    )
-                )
+                req.seqs.append(Sequence(list(p), max_tokens, temperature, g))
         req.pending = len(req.seqs)
         with self._cv:
             if self._stop:
@@ -199,7 +171,24 @@ class Engine:
 
     @torch.no_grad()
     def _step(self, batch: list[tuple[Request, Sequence]]) -> None:
-        logits = self._logits_cached(batch) if self.kv is not None else self._logits_recomputed(batch)
+        rows = [s.prompt + s.tokens for _, s in batch]
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):  # left padding: the next-token logits sit in the last column
+            ids[i, width - len(r) :] = torch.tensor(r)
+            attn[i, width - len(r) :] = 1
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        logits = (
+            self.model(
+                input_ids=ids.to(self.device),
+                attention_mask=attn.to(self.device),
+                position_ids=pos.to(self.device),
+            )
+            .logits[:, -1]
+            .float()
+            .cpu()
+        )
         for i, (_, s) in enumerate(batch):
             if s.temperature > 0:
                 lp = torch.log_softmax(logits[i] / s.temperature, dim=-1)
@@ -210,60 +199,9 @@ class Engine:
             s.tokens.append(tok)
             s.logprobs.append(float(lp[tok]))
             s.versions.append(self.version)
-            self._check_stop(s, tok)
+            if tok in self.stop_ids:
+                s.finish_reason = "stop"
+            elif len(s.tokens) >= s.max_tokens:
+                s.finish_reason = "length"
         self.tokens_generated += len(batch)
         self.steps += 1
-
-    def _logits_cached(self, batch: list[tuple[Request, Sequence]]) -> torch.Tensor:
-        """Next-token logits per sequence of the batch from the KV cache (rows in batch order)."""
-        assert self.kv is not None
-        if self._kv_version != self.version:
-            self.kv.clear()  # keys/values of the old weights: recompute every prefix once
-            self._kv_version = self.version
-        keys = [id(s) for _, s in batch]
-        self.kv.keep(keys)
-        cached = set(self.kv.rows)
-        joining = [s for _, s in batch if id(s) not in cached]
-        if joining:
-            self.kv.add([id(s) for s in joining], [(s.prompt + s.tokens)[:-1] for s in joining])
-        by_key = {id(s): s for _, s in batch}
-        logits = self.kv.decode([(by_key[k].prompt + by_key[k].tokens)[-1] for k in self.kv.rows])
-        order = {k: i for i, k in enumerate(self.kv.rows)}
-        return logits[[order[k] for k in keys]]
-
-    def _logits_recomputed(self, batch: list[tuple[Request, Sequence]]) -> torch.Tensor:
-        rows = [s.prompt + s.tokens for _, s in batch]
-        width = max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        attn = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):  # left padding: the next-token logits sit in the last column
-            ids[i, width - len(r) :] = torch.tensor(r)
-            attn[i, width - len(r) :] = 1
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        return (
-            self.model(
-                input_ids=ids.to(self.device),
-                attention_mask=attn.to(self.device),
-                position_ids=pos.to(self.device),
-                use_cache=False,
-            )
-            .logits[:, -1]
-            .float()
-            .cpu()
-        )
-
-    def _check_stop(self, s: Sequence, tok: int) -> None:
-        """vLLM's rules: EOS (stop_reason None), a requested stop token or a stop string ending in
-        the completion's text (stop_reason the match) finish with "stop"; else max_tokens with
-        "length". The stopping token stays in the completion: the policy must learn to emit it."""
-        if tok in self.stop_ids:
-            s.finish_reason = "stop"
-        elif tok in s.stop_ids:
-            s.finish_reason, s.stop_reason = "stop", tok
-        elif s.stop and self.decode is not None:
-            text = self.decode(s.tokens)
-            hit = next((x for x in s.stop if x in text), None)
-            if hit is not None:
-                s.finish_reason, s.stop_reason = "stop", hit
-        if s.finish_reason is None and len(s.tokens) >= s.max_tokens:
-            s.finish_reason = "length"

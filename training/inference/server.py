@@ -3,8 +3,7 @@
 GET  /health                 {"status": "ok", "version": N, "paused": bool}
 GET  /v1/models              the served model
 POST /v1/completions         prompt(s) as text or token ids, n, max_tokens, temperature, seed,
-                             stop, stop_token_ids, include_stop_str_in_output, logprobs,
-                             return_tokens_as_token_ids (vLLM's extensions)
+                             logprobs, return_tokens_as_token_ids (vLLM's extension)
 POST /update_weights         {"weight_dir": DIR, "version": N}: load DIR/model.safetensors, then
                              pause, swap, resume: in-flight requests continue
 POST /pause, POST /resume
@@ -31,19 +30,6 @@ log = logging.getLogger("inference")
 
 class BadRequest(ValueError):
     pass
-
-
-def _stops(body: dict[str, Any]) -> tuple[list[str], list[int]]:
-    """vLLM's `stop` (a string or a list of strings) and `stop_token_ids` (a list of ints)."""
-    stop = body.get("stop") or []
-    if isinstance(stop, str):
-        stop = [stop]
-    if not isinstance(stop, list) or not all(isinstance(x, str) and x for x in stop):
-        raise BadRequest("stop must be a non-empty string or a list of them")
-    ids = body.get("stop_token_ids") or []
-    if not isinstance(ids, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in ids):
-        raise BadRequest("stop_token_ids must be a list of token ids")
-    return stop, ids
 
 
 def _prompts(body: dict[str, Any], tokenizer: Any) -> list[list[int]]:
@@ -158,8 +144,6 @@ class InferenceServer:
         if n < 1 or max_tokens < 1 or temperature < 0:
             raise BadRequest("n and max_tokens must be >= 1, temperature >= 0")
         seed = body.get("seed")
-        stop, stop_ids = _stops(body)
-        keep_stop = bool(body.get("include_stop_str_in_output", False))
         as_ids = bool(body.get("return_tokens_as_token_ids", False))
         want_lp = body.get("logprobs") is not None
         self.m_requests.inc()
@@ -169,22 +153,15 @@ class InferenceServer:
             max_tokens=max_tokens,
             temperature=temperature,
             seed=None if seed is None else int(seed),
-            stop=stop,
-            stop_ids=stop_ids,
         )
         seqs = req.wait()
         choices = []
         for idx, s in enumerate(seqs):
             toks = [f"token_id:{t}" if as_ids else self.tokenizer.decode([t]) for t in s.tokens]
-            text = self.tokenizer.decode(s.tokens, skip_special_tokens=True)
-            if isinstance(s.stop_reason, str) and not keep_stop:
-                # As vLLM: the text ends before the stop string; the tokens keep the one that made it.
-                text = text[: text.index(s.stop_reason)]
             choice: dict[str, Any] = {
                 "index": idx,
-                "text": text,
+                "text": self.tokenizer.decode(s.tokens, skip_special_tokens=True),
                 "finish_reason": s.finish_reason,
-                "stop_reason": s.stop_reason,
                 # Not in vLLM: the policy versions that produced this completion's tokens.
                 "policy_version": [min(s.versions), max(s.versions)],
                 "logprobs": None,

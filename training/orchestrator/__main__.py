@@ -35,7 +35,7 @@ from training.envs import Environment, load_environment
 from training.fsutil import COMMITTED, STABLE, latest_step, publish_dir, step_dirs
 from training.inference.client import Completion, OpenAICompatClient
 from training.metrics import Metrics
-from training.model import load_tokenizer, pad_id, prompt_ids
+from training.model import load_tokenizer
 from training.orchestrator.batch import (
     Rollout,
     RolloutGroup,
@@ -44,7 +44,6 @@ from training.orchestrator.batch import (
     group_advantages,
     off_policy_lag,
     pack,
-    pack_sequences,
     shard,
     to_samples,
 )
@@ -132,7 +131,7 @@ class Orchestrator:
 
     # -- generation -----------------------------------------------------------------------------
     def _prompt_ids(self, prompt: str) -> list[int]:
-        return prompt_ids(self.tok, prompt)
+        return [self.tok.bos_token_id, *self.tok.encode(prompt, add_special_tokens=False)]
 
     def generate(
         self, indices: list[int], n: int, temperature: float, seed: int, dataset: Any = None
@@ -149,7 +148,6 @@ class Orchestrator:
                 self.cfg.inference.max_tokens,
                 temperature,
                 seed + k,
-                self.env.stop,
             )
             for k, (c, part) in enumerate(zip(self.clients, parts, strict=True))
             if part
@@ -168,8 +166,7 @@ class Orchestrator:
             text = self.tok.decode(c.tokens, skip_special_tokens=True)
             reward, _parts = self.env.rubric.score(text, task, self.env.parser)
             version = c.versions[0] if c.versions else fallback_version
-            truncated = c.finish_reason == "length"
-            rollouts.append(Rollout(prompt, c.tokens, c.logprobs, reward, version, truncated=truncated))
+            rollouts.append(Rollout(prompt, c.tokens, c.logprobs, reward, version))
         for r, a in zip(
             rollouts, group_advantages([r.reward for r in rollouts], self.oc.normalize_adv_std), strict=True
         ):
@@ -262,12 +259,10 @@ class Orchestrator:
 
     # -- batches --------------------------------------------------------------------------------
     def publish(self, step: int, groups: list[RolloutGroup]) -> int:
-        packer = pack_sequences if self.oc.packing else pack
-        samples = to_samples(groups, self.oc.mask_truncated)
-        micro = packer(samples, self.oc.micro_batch_tokens)
+        micro = pack(to_samples(groups), self.oc.micro_batch_tokens)
         ranks = shard(micro, self.cfg.trainer.world_size)
-        loss_tokens = sum(sum(s.loss_mask) for s in samples)
-        pad = pad_id(self.tok)
+        loss_tokens = sum(len(r.completion) for g in groups for r in g.rollouts)
+        pad = self.tok.pad_token_id
 
         def fill(tmp: Path) -> None:
             for r, mbs in enumerate(ranks):
@@ -275,7 +270,7 @@ class Orchestrator:
                     {
                         "step": step,
                         "loss_tokens": loss_tokens,
-                        "micro_batches": [collate(mb, pad, self.oc.packing) for mb in mbs],
+                        "micro_batches": [collate(mb, pad) for mb in mbs],
                     },
                     tmp / f"rank_{r}.pt",
                 )
@@ -345,7 +340,7 @@ class Orchestrator:
             if self.step > start and self.step % tc.checkpoint_every == 0:
                 self.save_checkpoint(snapshot)
             groups, lags, dropped = self.take_batch()
-            self.publish(self.step, groups)
+            loss_tokens = self.publish(self.step, groups)
             now = time.perf_counter()
             rewards = [r for g in groups for r in g.rewards]
             n_roll = len(rewards)
@@ -361,8 +356,7 @@ class Orchestrator:
                 "rollouts": n_roll,
                 "rollouts_per_s": n_roll / max(now - t_prev, 1e-9),
                 "step_time": now - t_prev,
-                "completion_tokens": sum(len(r.completion) for g in groups for r in g.rollouts),
-                "truncated_fraction": sum(r.truncated for g in groups for r in g.rollouts) / n_roll,
+                "completion_tokens": loss_tokens,
                 "off_policy_lag_hist": {str(k): v for k, v in sorted(hist.items())},
                 "off_policy_lag_max": max(lags),
                 "dropped_groups": dropped,

@@ -56,7 +56,7 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
         self.model = load_model(run.initial_model(cfg), cfg.model.dtype, self.device)
-        self.fsdp = world > 1 and (tc.fsdp == "on" or (tc.fsdp == "auto" and self.cuda))
+        self.fsdp = self.cuda and world > 1
         if self.fsdp:
             from torch.distributed.fsdp import fully_shard
 
@@ -169,19 +169,13 @@ class Trainer:
         total = int(batch["loss_tokens"])
         scale = self.world if self.fsdp else 1  # FSDP averages gradients over ranks; we want the sum
         loss_sum = torch.zeros((), device=self.device)
-        # loss tokens, masked, kl, token slots, real tokens, filler micro-batches, micro-batches
-        stats = torch.zeros(7, dtype=torch.float64)
+        stats = torch.zeros(3, dtype=torch.float64)  # tokens, masked, kl
         self.opt.zero_grad(set_to_none=True)
         n_tok = 0
         for mb in batch["micro_batches"]:
-            filler = bool(mb.get("filler", 0))
-            mb = {k: v.to(self.device) for k, v in mb.items() if k != "filler"}
+            mb = {k: v.to(self.device) for k, v in mb.items()}
             lp = token_logprobs(
-                self.model,
-                mb["input_ids"],
-                mb.get("attention_mask"),
-                self.cfg.inference.temperature,
-                mb.get("position_ids"),
+                self.model, mb["input_ids"], mb["attention_mask"], self.cfg.inference.temperature
             )
             st = rl_loss(
                 lp,
@@ -192,18 +186,10 @@ class Trainer:
                 tc.mask_ratio_low,
                 tc.mask_ratio_high,
             )
-            # A filler has an all-zero loss mask: its loss and gradient are exactly 0, but the
-            # backward still runs so that FSDP's reduce-scatters match the other ranks'.
             (st.loss_sum * scale).backward()
             loss_sum += st.loss_sum.detach()
-            # A packed row has no padding; a padded one has its attention mask.
-            real = int(mb["attention_mask"].sum()) if "attention_mask" in mb else mb["input_ids"].numel()
-            real = 0 if filler else real
-            stats += torch.tensor(
-                [st.tokens, st.masked, st.mismatch_kl_sum, mb["input_ids"].numel(), real, int(filler), 1],
-                dtype=torch.float64,
-            )
-            n_tok += real
+            stats += torch.tensor([st.tokens, st.masked, st.mismatch_kl_sum], dtype=torch.float64)
+            n_tok += int(mb["attention_mask"].sum())
         if self.world > 1:
             if not self.fsdp:
                 for p in self.model.parameters():
@@ -218,17 +204,13 @@ class Trainer:
         self.opt.step()
         self.sched.step()
         self.step += 1
-        tokens, masked, kl, slots, real_tokens, fillers, mbs = (float(x) for x in stats)
+        tokens, masked, kl = (float(x) for x in stats)
         return {
             "loss": float(loss_sum),
             "grad_norm": float(gnorm),
             "mismatch_kl": kl / max(tokens, 1.0),
             "masked_fraction": masked / max(tokens, 1.0),
             "loss_tokens": tokens,
-            # Token slots the ranks computed on that held no sample token (row padding, fillers).
-            "padding_fraction": (slots - real_tokens) / max(slots, 1.0),
-            "filler_micro_batches": fillers,
-            "micro_batches": mbs,
             "rank_tokens": n_tok,
             "lr": float(self.sched.get_last_lr()[0]),
         }

@@ -21,11 +21,3 @@ def jobs() -> Iterator[Callable[[list[str], Path], Job]]:
     yield start
     for job in started:  # never leave processes behind, even when the test failed
         job.kill()
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from training.config import ModelConfig
-    from training.model import create_tiny_model
-
-    return create_tiny_model(ModelConfig(), tmp_path_factory.mktemp("tiny") / "model", seed=0)

@@ -38,13 +38,3 @@ def test_production_script_with_fixed_hcas(production: LaunchSection) -> None:
     production.ib_hcas = [f"mlx5_{i}:1" for i in range(8)]
     production.nccl_socket_ifname = "bond0"
     check("rl_run_64_nodes_fixed_hcas.sbatch", render(production))
-
-
-def test_usr1_is_trapped_before_sft_starts(production: LaunchSection) -> None:
-    # An untrapped SIGUSR1 during SFT killed the batch script: no end record, no requeue.
-    script = render(production)
-    trap, sft = script.index("trap on_usr1 USR1\n"), script.index("-m training.sft")
-    assert trap < sft
-    # SFT runs in the background and the script waits for it: bash runs a trap only after the
-    # foreground command returns, which for SFT can be hours.
-    assert 'training.sft --run-dir "$RUN_DIR" &\n' in script and 'wait "${USR1_PIDS[0]}"' in script

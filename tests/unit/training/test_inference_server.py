@@ -8,7 +8,6 @@ import torch
 from safetensors.torch import save_file
 
 from training.fsutil import publish_dir
-from training.inference.__main__ import build_engine
 from training.inference.client import OpenAICompatClient, ServerError
 from training.inference.engine import Engine
 from training.inference.server import InferenceServer
@@ -62,33 +61,3 @@ def test_bad_requests_are_400(server: InferenceServer) -> None:
         client._request("POST", "/v1/completions", {"prompt": 5})
     text = client._request("POST", "/v1/completions", {"prompt": "12+3=", "max_tokens": 2, "temperature": 0})
     assert text["choices"][0]["logprobs"] is None and text["usage"]["completion_tokens"] == 2
-
-
-def test_stop_strings_come_with_the_request(tiny_model_dir: Path) -> None:
-    # A zeroed output layer samples uniformly (seeded): every character shows up soon.
-    tok = load_tokenizer(tiny_model_dir)
-    model = load_model(tiny_model_dir)
-    with torch.no_grad():
-        model.lm_head.weight.zero_()
-    srv = InferenceServer(build_engine(model, tok, 16, "cpu"), tok, "tiny", "127.0.0.1", 0)
-    srv.start()
-    try:
-        client = OpenAICompatClient(f"http://127.0.0.1:{srv.port}")
-        prompt = [tok.bos_token_id, *tok.encode("12+3=", add_special_tokens=False)]
-        free = client.complete([prompt], n=6, max_tokens=60, temperature=1.0, seed=3)[0]
-        dot = client.complete([prompt], n=6, max_tokens=60, temperature=1.0, seed=3, stop=["."])[0]
-        raw = client._request("POST", "/v1/completions", {"prompt": [prompt], "n": 6, "max_tokens": 60,
-                                                           "seed": 3, "stop": ".", "logprobs": 0})
-    finally:
-        srv.shutdown()
-    newline, dot_id, eos = tok.convert_tokens_to_ids(["\n", ".", "<eos>"])
-    # No newline stop is baked into the server: without `stop`, completions run past "\n".
-    assert any(newline in c.tokens[:-1] for c in free)
-    for f, d, r in zip(free, dot, raw["choices"], strict=True):
-        # The same samples, cut at the first "." (kept in the tokens, cut from the text, as vLLM
-        # does) or at EOS, which always stops.
-        cut = next((i + 1 for i, t in enumerate(f.tokens) if t in (dot_id, eos)), len(f.tokens))
-        assert d.tokens == f.tokens[:cut] and d.logprobs == f.logprobs[:cut]
-        if d.tokens[-1] == dot_id:
-            assert d.finish_reason == "stop" and r["stop_reason"] == "." and "." not in r["text"]
-    assert sum(d.tokens[-1] == dot_id for d in dot) >= 3

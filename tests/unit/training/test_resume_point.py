@@ -1,10 +1,7 @@
 from pathlib import Path
 
-import pytest
-
-from opsctl.launch import attempt
 from opsctl.launch.local import resume_point
-from training.config import JobConfig, dump_toml
+from training.config import JobConfig
 from training.fsutil import COMMITTED, STABLE, publish_dir, step_dirs
 from training.rundir import RunDir
 
@@ -40,27 +37,3 @@ def test_resume_without_checkpoints_starts_over(tmp_path: Path) -> None:
     commit(run.rollouts, 0, STABLE)
     assert resume_point(run, JobConfig()) == 0
     assert step_dirs(run.rollouts) == {} and step_dirs(run.weights) == {}
-
-
-def test_an_attempt_killed_before_its_first_checkpoint_restarts_clean(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The dead attempt committed rollouts and weights but no checkpoint (not even the folder).
-    run = RunDir(tmp_path)
-    run.config.write_text(dump_toml(JobConfig()))
-    for s in range(3):
-        commit(run.rollouts, s, STABLE)
-        commit(run.weights, s + 1, STABLE)
-    (run.weights / ".tmp-step_4-0badc0de").mkdir()
-    monkeypatch.setenv("SLURM_JOB_ID", "41")
-    monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)
-    (tmp_path / "attempts").mkdir()
-    (tmp_path / "attempts" / "0.json").write_text('{"attempt": 0, "job_id": 40}')
-
-    assert attempt.start(tmp_path) == (1, 0)
-    # The next attempt starts at step 0 with nothing of the dead one in its way: its first
-    # rollouts and weights publish instead of failing on FileExistsError.
-    assert step_dirs(run.rollouts) == {} and step_dirs(run.weights) == {}
-    assert not (run.weights / ".tmp-step_4-0badc0de").exists()
-    publish_dir(run.rollouts / "step_0", lambda d: None, STABLE)
-    publish_dir(run.weights / "step_1", lambda d: None, STABLE)

@@ -1,5 +1,3 @@
-import random
-
 import pytest
 
 from training.orchestrator.batch import (
@@ -56,32 +54,6 @@ def test_shard_balances_ranks() -> None:
     assert abs(loads[0] - loads[1]) <= max(len(s.input_ids) for s in samples) * 2
 
 
-@pytest.mark.parametrize("n_groups", [1, 3, 40])
-def test_every_rank_gets_the_same_number_of_micro_batches(n_groups: int) -> None:
-    # Under FSDP each micro-batch is a forward/backward with collectives: unequal counts hang.
-    rng = random.Random(n_groups)
-    samples = to_samples([group(0, [1, 0, 0, 1], i, length=rng.randint(1, 40)) for i in range(n_groups)])
-    micro = pack(samples, 96)
-    for world in range(1, 513):
-        ranks = shard(micro, world)
-        counts = {len(r) for r in ranks}
-        assert len(ranks) == world and len(counts) == 1 and counts != {0}, (world, counts)
-        real = [s for r in ranks for mb in r for s in mb]
-        assert sorted(map(id, real)) == sorted(map(id, samples)), world
-        loads = [sum(len(s.input_ids) for mb in r for s in mb) for r in ranks]
-        biggest = max(sum(len(s.input_ids) for s in mb) for mb in micro)
-        assert max(loads) - min(loads) <= biggest, (world, loads)
-        if len(samples) >= world:  # enough samples: no rank trains on fillers alone
-            assert all(any(mb for mb in r) for r in ranks), world
-
-
-def test_a_filler_micro_batch_is_one_loss_free_token() -> None:
-    mb = collate([], pad_id=0)
-    assert mb["input_ids"].shape == (1, 1) and mb["attention_mask"].sum() == 1
-    assert mb["loss_mask"].sum() == 0 and int(mb["filler"]) == 1
-    assert int(collate(to_samples([group(0, [1, 0])]), pad_id=0)["filler"]) == 0
-
-
 def test_task_sampler_resumes_without_repeats_or_gaps() -> None:
     a = TaskSampler(10, seed=1)
     first = a.draw(4)
@@ -96,11 +68,3 @@ def test_task_sampler_resumes_without_repeats_or_gaps() -> None:
     assert sorted(c.draw(7)) == list(range(7))
     with pytest.raises(ValueError):
         TaskSampler(11, seed=1).load_state_dict(state)
-
-
-def test_truncated_completions_are_masked_unless_asked_not_to() -> None:
-    g = group(0, [1.0, 0.0], length=4)
-    g.rollouts[1].truncated = True
-    masked = to_samples([g])
-    assert [sum(s.loss_mask) for s in masked] == [4, 0]
-    assert [sum(s.loss_mask) for s in to_samples([g], mask_truncated=False)] == [4, 4]
