@@ -61,6 +61,9 @@ SSH_FACTS = frozenset(
 )
 _SPLIT = "@@opsctl-sample@@"
 _FALLBACK = "@opsctl-kernel-log:"  # first line when the journal could not be read and dmesg follows
+# after the journal's lines: the kernel ring buffer too, for lines the journal did not keep (journald
+# rate limits, a journal that does not collect kernel messages); lines both show are counted once
+_RING = "@opsctl-ring-buffer"
 TIMED_OUT = frozenset({124, 137})  # timeout(1): 124 after TERM, 128+9 when it had to KILL
 _BOOT_ID_RE = re.compile(r"^[0-9a-f-]{32,36}$")
 _KEEP_EVENTS = 5000  # per node and kind: a storm must not grow the remembered state without bound
@@ -143,7 +146,8 @@ def kernel_log_command(cursor: str = "", boot_id: str = "", timeout: float = 30.
     journal = _bounded(timeout, "journalctl -k -b --no-pager -o short-monotonic --show-cursor")
     return (
         f"{pick}; if command -v journalctl >/dev/null 2>&1; then "
-        f'j=$({journal} $a 2>&1); rc=$?; case "$j" in *"-- cursor: "*) printf "%s\\n" "$j"; exit 0;; esac; '
+        f'j=$({journal} $a 2>&1); rc=$?; case "$j" in *"-- cursor: "*) printf "%s\\n" "$j"; '
+        f'echo "{_RING}"; dmesg; exit 0;; esac; '
         f'echo "{_FALLBACK} journalctl rc=$rc: $(printf "%s" "$j" | tail -n 1)"; '
         f'else echo "{_FALLBACK} journalctl not found"; fi; dmesg'
     )
@@ -188,9 +192,26 @@ def _kernel_text(ev: Evidence, out: dict[str, CommandResult]) -> str | None:
     if not kl.ok:
         ev.raw["kernel_log"] = {"via": "none", "error": (kl.stderr.strip() or f"rc {kl.rc}")[:200]}
         return None
-    chunk = parse_journal_kernel(kl.stdout)
+    journal_out, _, ring = kl.stdout.partition(f"\n{_RING}\n")
+    chunk = parse_journal_kernel(journal_out)
     ev.raw["kernel_log"] = {"via": "journal", "cursor": chunk.cursor, "lines": chunk.entries}
-    return chunk.text
+    seen = {_line_key(x) for x in chunk.text.splitlines()}
+    extra = [x for x in ring.splitlines() if _XIDISH in x and _line_key(x) not in seen]
+    if extra:
+        ev.raw["kernel_log"]["ring_buffer_only"] = len(extra)
+    return "\n".join([chunk.text, *extra]) if extra else chunk.text
+
+
+_XIDISH = "Xid ("  # XID and SXid lines: what the ring buffer may add to the journal
+
+
+def _line_key(line: str) -> str:
+    """A kernel line as both the journal (short-monotonic) and dmesg print it: its message."""
+    for mark in ("NVRM: ", "nvidia-nvswitch"):
+        i = line.find(mark)
+        if i >= 0:
+            return line[i:].strip()
+    return line.strip()
 
 
 # -- pure: command outputs -> evidence ---------------------------------------------------------
