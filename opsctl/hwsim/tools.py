@@ -168,7 +168,23 @@ def dmesg(argv: Sequence[str]) -> str:
     ap = _parser("dmesg")
     ap.add_argument("-T", "--ctime", action="store_true")
     args = ap.parse_args(argv)
-    return render_dmesg(_state(args.state), human_time=args.ctime)
+    return render_dmesg(_state(args.state), human_time=args.ctime, kernel_boot=_kernel_boot_time())
+
+
+def _kernel_boot_time() -> float | None:
+    """Boot time of the kernel this shim runs under (/proc/stat btime). The real dmesg stamps count
+    from it, and the SSH source reads the same kernel's /proc/uptime to turn stamps into wall time;
+    stamping from the simulated boot instead (which ``heal`` and ``reboot`` move to now) would put a
+    fresh XID hours in the past. btime is whole seconds and fixed for the boot, so a line prints the
+    same stamp every time (readers tell lines apart by it). None where it cannot be read."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def ib_sysfs(argv: Sequence[str]) -> str:

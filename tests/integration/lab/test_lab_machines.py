@@ -258,7 +258,7 @@ def test_health_over_ssh_reads_the_machines_and_fails_only_the_faulty_ones(
         assert [c for c, s in verdicts["gpu-001"].items() if s == "FAIL"] == ["ib-port"], verdicts
         # XID 79 and the driver's "reset required" that comes with it
         fails = [c for c, s in verdicts["gpu-002"].items() if s == "FAIL"]
-        assert fails == ["gpu-xid", "gpu-recovery"], verdicts
+        assert fails == ["gpu-xid", "gpu-recovery"], text
     finally:
         lab.opsctl("heal", "gpu-002")
         lab.opsctl("heal", "gpu-001")

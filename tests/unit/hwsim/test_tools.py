@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,28 @@ def test_saving_through_a_symlink_keeps_the_link(tmp_path: Path, node: NodeHardw
     assert main(["fault", str(tmp_path / "state.json"), "xid=79"]) == 0
     assert (tmp_path / "state.json").is_symlink()
     assert load(tmp_path / "gpu-007.json").xids[0].xid == 79
+
+
+def test_dmesg_stamps_count_from_the_running_kernel_after_a_heal(
+    state_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The SSH source turns a kernel stamp into wall time with the machine's own /proc/uptime. After
+    ``heal`` the simulated boot is "now", but the kernel the shim runs under is not rebooted: a
+    fresh XID must still read as fresh, not as hours old (the lab's health-over-SSH miss)."""
+    from opsctl.evidence.convert import xids_from_dmesg
+    from opsctl.hwsim.faults import heal
+    from opsctl.parsers.dmesg_xid import parse_dmesg_xids
+
+    state = load(state_file)
+    heal(state)
+    apply_fault(state, "xid=79,gpu=5")
+    save(state, state_file)
+    assert main(["dmesg", "--state", str(state_file)]) == 0
+    text = capsys.readouterr().out
+    assert main(["dmesg", "--state", str(state_file)]) == 0
+    assert capsys.readouterr().out == text  # the same line, the same stamp: read twice, counted once
+    now = time.time()
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    [event] = xids_from_dmesg(parse_dmesg_xids(text), [], "", now, uptime)
+    assert event.xid == 79
+    assert event.time is not None and abs(event.time - state.xids[0].time) < 5.0, (event, text, uptime)
