@@ -142,11 +142,11 @@ def test_xid_79_is_found_through_the_count_and_its_alert_reaches_alertmanager(
             "XID 79 counted for gpu-001 GPU 3",
             lambda: prom(lab, f'{XID_COUNT}{{Hostname="gpu-001",gpu="3",xid="79"}} > 0'),
         )
-        proc = wait_for(
-            "opsctl health to FAIL gpu-001",
-            lambda: (p := health(lab, site, "--json")).returncode == 1 and p,
-            timeout=60,
-        )
+        def failing() -> subprocess.CompletedProcess[str] | None:
+            proc = health(lab, site, "--json")
+            return proc if proc.returncode == 1 else None
+
+        proc = wait_for("opsctl health to FAIL gpu-001", failing, timeout=60)
         doc = json.loads(proc.stdout)
         (fail,) = [v for v in xid_verdicts(doc, "gpu-001") if v["status"] != "OK"]
         assert (fail["status"], fail["gpu"]) == ("FAIL", 3), fail
