@@ -24,6 +24,8 @@ def inventory_data(cfg: LabConfig) -> dict[str, Any]:
 
     The lab has no separate storage or login machine: the head stands in as NFS server (whose
     kernel-side tasks the lab skips anyway) and runs slurmdbd with MariaDB, as production's does.
+    It also runs Alertmanager (Debian's package, in the image like every role's packages) beside
+    Prometheus, as production's head does, so an alert the shipped rules fire reaches it.
     """
     head = cfg.head
     return {
@@ -51,6 +53,7 @@ def inventory_data(cfg: LabConfig) -> dict[str, Any]:
                 "slurm_compute": {"children": {"gpu_nodes": None}},
                 "slurmdbd": {"children": {"head": None}},
                 "monitoring": {"children": {"head": None}},
+                "alertmanager": {"children": {"head": None}},
                 "nfs_server": {"children": {"head": None}},
                 "nfs_clients": {"children": {"gpu_nodes": None}},
                 "lustre_clients": {"children": {"gpu_nodes": None}},
@@ -58,6 +61,11 @@ def inventory_data(cfg: LabConfig) -> dict[str, Any]:
                 "storage": {"hosts": {}},
                 "login": {"hosts": {}},
                 "slurm_login": {"hosts": {}},
+                # Production groups the lab leaves empty: Grafana is not packaged for Debian (its
+                # role needs the site's .deb, grafana_deb_src), and the remediation service needs a
+                # wheelhouse of opsctl built where there is a network (opsctl_remediation_wheelhouse).
+                "grafana": {"hosts": {}},
+                "remediation": {"hosts": {}},
             },
         }
     }

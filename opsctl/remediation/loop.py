@@ -33,6 +33,7 @@ from opsctl.remediation.status import (
 if TYPE_CHECKING:
     from opsctl.checks.service import HealthContext, HealthResult
     from opsctl.evidence.base import Source
+    from opsctl.model import Node
 
 log = logging.getLogger("opsctl.remediator")
 
@@ -75,6 +76,7 @@ class Remediator:
             kind = type(exc).__name__
             self.metrics.record_error(kind, duration)
             log.error("pass %d failed after %.2fs: %s: %s", self.number, duration, kind, exc)
+            self.metrics.set_slurm_states(self._read_slurm())  # Slurm's view is still worth showing
             status = PassStatus(time=started, number=self.number, ok=False, duration_s=round(duration, 3),
                                 interval=self.interval, error=f"{kind}: {exc}"[:500],
                                 paused=paused is not None, last_success=self.last_success,
@@ -101,7 +103,7 @@ class Remediator:
         self.recent = (self.recent + [{"time": started, "mode": result.mode, **d} for d in brief
                                       if d["action"] in RECENT_ACTIONS])[-RECENT_KEPT:]
         self._send_alerts(result, started)
-        self._update_brake(started)
+        self._after_pass(started)
         status = PassStatus(time=started, number=self.number, ok=True, duration_s=round(duration, 3),
                             interval=self.interval, mode=result.mode, paused=paused is not None,
                             refusal=refusal, counts=counts, decisions=brief, recent=self.recent,
@@ -136,13 +138,31 @@ class Remediator:
         for alert in payload:  # the alert decisions themselves are logged with the pass
             self.metrics.alerts_sent.labels(alert["labels"]["alertname"]).inc()
 
-    def _update_brake(self, now: float) -> None:
+    def _read_slurm(self) -> list[Node] | None:
+        """Every node as Slurm shows it now, after this pass's drains and resumes; None when Slurm
+        cannot be read (logged: the pass itself ran)."""
+        if self.ctx.slurm is None:
+            return None
+        try:
+            return self.ctx.slurm.nodes(None)
+        except Exception as exc:
+            log.warning("Slurm state not read: %s: %s", type(exc).__name__, exc)
+            return None
+
+    def _after_pass(self, now: float) -> None:
+        """One Slurm read feeds the node-state gauges and the brake's partition size; without it
+        the brake gauges keep their last value."""
+        listing = self._read_slurm()
+        self.metrics.set_slurm_states(listing)
+        if listing is not None:
+            self._update_brake(now, listing)
+
+    def _update_brake(self, now: float, listing: list[Node]) -> None:
         from opsctl.policy import PolicyState
 
         ctx = self.ctx
         try:
             state = PolicyState.load(ctx.health.state_file)
-            listing = ctx.slurm.nodes(None) if ctx.slurm is not None else []
             partition = ctx.config.slurm.partition if ctx.config is not None else None
             size = len([n for n in listing if not partition or partition in n.partitions]) or len(listing)
             self.metrics.set_brake(brake_from_state(state.drains, ctx.health.policy(), size, now))

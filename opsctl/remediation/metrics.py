@@ -3,7 +3,8 @@ test or a second loop in one process starts from zero), served over HTTP by prom
 
 Names start with ``opsctl_remediator_``. Verdict gauges carry the status as a label with value 1,
 one series per (node, code): a check that changes status moves to another series, and series of
-nodes or checks that left the pass are removed, not left at their last value.
+nodes or checks that left the pass are removed, not left at their last value. Slurm's state of each
+node follows the same rule, so ``count by (state)`` counts every node exactly once.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
     from opsctl.checks.service import HealthResult
+    from opsctl.model import Node
     from opsctl.policy import PolicyConfig
 
 NS = "opsctl_remediator"
@@ -84,11 +86,16 @@ class RemediatorMetrics:
         self.alert_errors = Counter(f"{NS}_alertmanager_errors", "Alert sends that failed after "
                                     "their retries.", registry=r)
         self.interval = Gauge(f"{NS}_interval_seconds", "Configured time between passes.", registry=r)
+        self.slurm_state = Gauge(f"{NS}_slurm_node_state", "Slurm's state of each node as sinfo summarises "
+                                 "it (idle, mixed, allocated, drained, draining, down; * = not "
+                                 "responding), read after the last pass: 1 on the series of the "
+                                 "current state.", ["node", "state"], registry=r)
         self.passes.labels("ok")
         self.passes.labels("error")
         self.alert_errors.inc(0)
         self._checks: set[tuple[str, str, str]] = set()
         self._nodes: set[tuple[str, str]] = set()
+        self._slurm: set[tuple[str, str]] = set()
 
     # -- one pass -----------------------------------------------------------------------------
     def record_pass(self, result: HealthResult, started: float, duration: float, *, paused: bool,
@@ -118,6 +125,13 @@ class RemediatorMetrics:
         self.passes.labels("error").inc()
         self.pass_errors.labels(kind).inc()
         self.duration.observe(duration)
+
+    def set_slurm_states(self, listing: Iterable[Node] | None) -> None:
+        """One series per node on its current state; ``None`` (Slurm could not be read) removes them
+        all: a state the service no longer knows must not show as the current one."""
+        states = {(n.name, n.display_state) for n in listing or ()}
+        _replace(self.slurm_state, self._slurm, states)
+        self._slurm = states
 
     def set_paused(self, paused: bool) -> None:
         self.paused.set(1 if paused else 0)

@@ -186,6 +186,13 @@ def test_injected_xid_is_drained_with_nobody_running_a_command(sim, start_servic
     assert svc.metric("opsctl_remediator_pass_errors_total", kind="Unreachable") == 0
     assert svc.metric("opsctl_remediator_last_success_timestamp_seconds") > 0
     assert svc.metric("opsctl_remediator_pass_duration_seconds_count") >= 1
+    # Slurm's state after the drain: gpu-003 moved off idle to drained, every node counted once
+    wait_until(lambda: svc.metric("opsctl_remediator_slurm_node_state", node="gpu-003", state="drained") == 1,
+               timeout=10)
+    states = {k[1]: v for k, v in svc.metrics().items() if k[0] == "opsctl_remediator_slurm_node_state"}
+    assert (("node", "gpu-003"), ("state", "idle")) not in states
+    assert sorted(dict(labels)["node"] for labels in states) == sorted(sim.node_names)
+    assert svc.metric("opsctl_remediator_slurm_node_state", node="gpu-004", state="idle") == 1
     # one of the three drains of the window is spent
     wait_until(lambda: svc.metric("opsctl_remediator_brake_drains_in_window") == 1, timeout=10)
     assert svc.metric("opsctl_remediator_brake_drains_left") == 2
@@ -290,6 +297,8 @@ def test_unreachable_prometheus_is_a_counted_error_and_the_service_goes_on(sim, 
     wait_until(lambda: svc.metric("opsctl_remediator_pass_errors_total", kind="Unreachable") >= 3, timeout=30)
     assert svc.proc.poll() is None
     assert svc.metric("opsctl_remediator_passes_total", result="ok") == 0
+    # a pass lost to Prometheus still publishes what Slurm says
+    assert svc.metric("opsctl_remediator_slurm_node_state", node="gpu-001", state="idle") == 1
     st = svc.status() or {}
     assert st["ok"] is False and "unreachable" in str(st["error"])
     status = svc.cli("status")

@@ -37,6 +37,22 @@ def test_every_production_group_exists_with_the_right_machines(tmp_path: Path) -
     assert _members(data, "slurm_controller") == {"head-01"}
     assert _members(data, "slurmdbd") == {"head-01"}
     assert _members(data, "monitoring") == {"head-01"}
+    assert _members(data, "alertmanager") == {"head-01"}
+
+
+def test_every_group_a_play_targets_is_declared(tmp_path: Path) -> None:
+    """A play whose group the inventory lacks is skipped with only a warning ("Could not match
+    supplied host pattern"): Alertmanager went unconverged in the lab that way."""
+    data = inventory_data(LabConfig(gpu_nodes=2, state_dir=tmp_path))
+    declared = set(data["all"]["children"]) | {"all", "localhost"}
+    targeted: set[str] = set()
+    for book in sorted((REPO / "playbooks").glob("*.yml")):
+        for play in yaml.safe_load(book.read_text()) or []:
+            hosts = str(play.get("hosts", ""))
+            if hosts and "{{" not in hosts:
+                targeted.update(hosts.split(":"))
+    assert {"alertmanager", "monitoring", "grafana", "remediation"} <= targeted
+    assert targeted - declared == set()
 
 
 def test_secrets_and_the_rolling_update_s_opsctl_belong_to_the_lab(tmp_path: Path) -> None:

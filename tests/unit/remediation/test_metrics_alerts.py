@@ -3,9 +3,11 @@ it builds for Alertmanager's v2 API."""
 
 from __future__ import annotations
 
+import re
 import socket
 import urllib.request
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 from prometheus_client import generate_latest
@@ -15,9 +17,11 @@ from opsctl.checks.model import Status, Verdict
 from opsctl.checks.runner import NodeReport
 from opsctl.checks.service import HealthResult
 from opsctl.errors import ConfigError, Unreachable
+from opsctl.model import Node
 from opsctl.policy import Decision, PolicyConfig
 from opsctl.remediation.alerts import AlertmanagerClient, alert_kind, build_alerts
 from opsctl.remediation.metrics import RemediatorMetrics, brake_from_state
+from opsctl.slurm.states import normalize_state
 
 NOW = 1_800_000_000.0
 
@@ -99,6 +103,55 @@ def test_verdicts_per_node_and_code_follow_the_last_pass():
     assert s[("opsctl_remediator_paused", ())] == 1
     assert s[("opsctl_remediator_refused", (("reason", "coverage: no evidence for mounts"),))] == 1
     assert ("opsctl_remediator_refused", (("reason", ""),)) not in s
+
+
+def slurm_node(name: str, state: str) -> Node:
+    """A node as the CLI backend reads it from scontrol's State= text."""
+    base, flags = normalize_state(state)
+    return Node(name, base, flags)
+
+
+def slurm_states(m: RemediatorMetrics) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for (name, labels), value in samples(m).items():
+        if name == "opsctl_remediator_slurm_node_state":
+            assert value == 1
+            node = dict(labels)["node"]
+            assert node not in out, f"{node} counted twice"
+            out[node] = dict(labels)["state"]
+    return out
+
+
+def test_slurm_states_one_series_per_node_and_the_old_one_goes_when_it_changes():
+    m = RemediatorMetrics()
+    m.set_slurm_states([slurm_node("gpu-001", "IDLE"), slurm_node("gpu-002", "MIXED"),
+                        slurm_node("gpu-003", "ALLOCATED+DRAIN"), slurm_node("gpu-004", "DOWN*")])
+    assert slurm_states(m) == {
+        "gpu-001": "idle", "gpu-002": "mixed", "gpu-003": "draining", "gpu-004": "down*"
+    }
+    # a pass later: gpu-001 drained, gpu-003's job ended, gpu-004 left the cluster
+    m.set_slurm_states([slurm_node("gpu-001", "IDLE+DRAIN"), slurm_node("gpu-002", "MIXED"),
+                        slurm_node("gpu-003", "IDLE+DRAIN")])
+    assert slurm_states(m) == {"gpu-001": "drained", "gpu-002": "mixed", "gpu-003": "drained"}
+    # Slurm unreadable: no state is shown as current
+    m.set_slurm_states(None)
+    assert slurm_states(m) == {}
+    m.set_slurm_states([slurm_node("gpu-001", "IDLE")])
+    assert slurm_states(m) == {"gpu-001": "idle"}
+
+
+def test_every_remediator_metric_the_dashboards_and_alerts_query_is_exported():
+    root = Path(__file__).resolve().parents[3]
+    texts = [p.read_text() for p in sorted((root / "dashboards/grafana").glob("*.json"))]
+    texts += [p.read_text() for p in sorted((root / "dashboards/alerts").glob("*.rules.yml"))]
+    queried = {n for t in texts for n in re.findall(r"\bopsctl_remediator_[a-z_]+", t)}
+    assert "opsctl_remediator_slurm_node_state" in queried
+    m = RemediatorMetrics()
+    m.set_slurm_states([slurm_node("gpu-001", "IDLE")])
+    exported = {s.name for fam in text_string_to_metric_families(generate_latest(m.registry).decode())
+                for s in fam.samples}
+    exported |= {f.name for f in m.registry.collect()}  # families with no sample yet
+    assert queried - exported == set()
 
 
 def test_errors_are_counted_by_kind_and_each_service_has_its_own_registry():

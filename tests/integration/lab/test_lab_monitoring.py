@@ -1,0 +1,222 @@
+"""Monitoring on the machine lab as production ships it: the dcgm role's counters file, the
+prometheus role's scrape and alerting configuration, the shipped alert rules, and Debian's
+Alertmanager on the head (the alertmanager role).
+
+- With the shipped counters file, `opsctl health --source prometheus` finds an injected XID 79
+  through the per-XID count (DCGM_EXP_XID_ERRORS_COUNT) and remediation would act on it, and the
+  GpuFatalXid alert the rule fires reaches the lab's Alertmanager.
+- With a counters file lacking the count (one machine's file edited, its exporter restarted),
+  opsctl says that machine's XIDs are known by their last value only and `--remediate` refuses.
+
+One lab and one converge for the module; every wait polls against a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from lab_helpers import RunningLab
+
+from opsctl.hwsim.metrics import XID_COUNT
+from opsctl.lab import labsim
+from opsctl.lab.converge import ConvergeResult
+
+pytestmark = [pytest.mark.integration, pytest.mark.lab, pytest.mark.slow, pytest.mark.timeout(1800)]
+
+T = TypeVar("T")
+GPU_NODES = ["gpu-001", "gpu-002"]
+ALERTMANAGER_PORT = 9093  # roles/alertmanager/defaults/main.yml
+PROMETHEUS_PORT = 9090
+XID_LAST = "DCGM_FI_DEV_XID_ERRORS"  # the last-XID gauge, in every counters file
+COUNT_MODE = "[XID counts over the exporter's window]"  # how the gpu-xid summary names its evidence
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 120) -> T:
+    """Poll until probe() returns something truthy; the deadline only bounds the wait."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(2)
+    raise AssertionError(f"gave up waiting for {what}; last probe: {last!r}")
+
+
+def get_json(url: str) -> Any:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return json.load(resp)
+    except (OSError, ValueError):
+        return None
+
+
+def prom(lab: RunningLab, query: str) -> list[dict[str, Any]]:
+    q = urllib.parse.urlencode({"query": query})
+    body = get_json(f"http://{lab.cfg.head.address}:{PROMETHEUS_PORT}/api/v1/query?{q}") or {}
+    result = body.get("data", {}).get("result", [])
+    return result if isinstance(result, list) else []
+
+
+def alertmanager_alerts(lab: RunningLab) -> list[dict[str, Any]]:
+    body = get_json(f"http://{lab.cfg.head.address}:{ALERTMANAGER_PORT}/api/v2/alerts")
+    return body if isinstance(body, list) else []
+
+
+@pytest.fixture(scope="module")
+def site(lab: RunningLab) -> Iterator[Path]:
+    """site.yml converged once, and the host's opsctl pointed at the lab; yields its opsctl.toml."""
+    from opsctl.lab.converge import run_playbook
+    from opsctl.lab.lab import REPO_ROOT
+
+    first: ConvergeResult = run_playbook(REPO_ROOT, lab.inventory)
+    assert first.failed_hosts == [] and first.returncode == 0, first.output[-6000:]
+    # the Alertmanager play matched the head (it used to match nothing, with only a warning)
+    assert "Could not match supplied host pattern, ignoring: alertmanager" not in first.output
+    lab.opsctl("connect")
+
+    def idle() -> bool:  # a drain decision needs nodes in service
+        out = lab.ssh("head-01", "sinfo", "-h", "-N", "-o", "%N %t").stdout.split()
+        return dict(zip(out[::2], out[1::2], strict=True)) == dict.fromkeys(GPU_NODES, "idle")
+
+    wait_for("both GPU machines idle in Slurm", idle)
+    yield lab.cfg.state_dir / "opsctl.toml"
+
+
+def health(lab: RunningLab, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "opsctl", "--config", str(config), "health", "--source", "prometheus", *args],
+        env=lab.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def xid_verdicts(doc: dict[str, Any], node: str) -> list[dict[str, Any]]:
+    (entry,) = [n for n in doc["nodes"] if n["node"] == node]
+    return [v for v in entry["verdicts"] if v["code"] == "gpu-xid"]
+
+
+def coverage(lab: RunningLab, config: Path) -> dict[str, Any]:
+    proc = health(lab, config, "--coverage", "--json")
+    assert proc.stdout.strip(), proc.stderr
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    return doc
+
+
+def test_xid_79_is_found_through_the_count_and_its_alert_reaches_alertmanager(
+    lab: RunningLab, site: Path
+) -> None:
+    # every GPU machine's exporter serves the shipped counters file, the count among them
+    wait_for(
+        "the XID count of both GPU machines in Prometheus",
+        lambda: {s["metric"].get("Hostname") for s in prom(lab, XID_COUNT)} >= set(GPU_NODES),
+        timeout=180,
+    )
+    assert coverage(lab, site)["xid_modes"] == {"count": GPU_NODES}
+    # Prometheus sends its alerts to the head's Alertmanager, which holds none on a healthy lab
+    managers = wait_for(
+        "Prometheus to discover the Alertmanager",
+        lambda: (get_json(f"http://{lab.cfg.head.address}:{PROMETHEUS_PORT}/api/v1/alertmanagers") or {})
+        .get("data", {})
+        .get("activeAlertmanagers"),
+    )
+    assert [m["url"] for m in managers] == [f"http://{lab.cfg.head.address}:{ALERTMANAGER_PORT}/api/v2/alerts"]
+    assert not [a for a in alertmanager_alerts(lab) if a["labels"]["alertname"] == "GpuFatalXid"]
+
+    out = lab.opsctl("inject", "gpu-001", "xid=79,gpu=3", "--json")
+    assert len(json.loads(out.stdout)["active_faults"]) == 1
+    try:
+        wait_for(
+            "XID 79 counted for gpu-001 GPU 3",
+            lambda: prom(lab, f'{XID_COUNT}{{Hostname="gpu-001",gpu="3",xid="79"}} > 0'),
+        )
+        def failing() -> subprocess.CompletedProcess[str] | None:
+            proc = health(lab, site, "--json")
+            return proc if proc.returncode == 1 else None
+
+        proc = wait_for("opsctl health to FAIL gpu-001", failing, timeout=60)
+        doc = json.loads(proc.stdout)
+        (fail,) = [v for v in xid_verdicts(doc, "gpu-001") if v["status"] != "OK"]
+        assert (fail["status"], fail["gpu"]) == ("FAIL", 3), fail
+        assert "xid 79" in fail["summary"] and COUNT_MODE in fail["summary"], fail
+        assert (fail["evidence"]["mode"], fail["evidence"]["xid"]) == ("count", 79), fail
+        assert all(v["status"] == "OK" for v in xid_verdicts(doc, "gpu-002")), doc
+        # with the count, remediation has nothing to refuse: it would drain gpu-001 (a dry run here)
+        dry = health(lab, site, "--remediate", "--dry-run", "--json")
+        plan = json.loads(dry.stdout)["remediation"]
+        assert plan["refusal"] == "", dry.stdout + dry.stderr
+        drains = [(d["node"], d["action"], d["code"]) for d in plan["decisions"] if d["action"] == "drain"]
+        assert drains == [("gpu-001", "drain", "gpu-xid")], plan
+
+        def fired() -> list[dict[str, Any]]:
+            return [a for a in alertmanager_alerts(lab) if a["labels"]["alertname"] == "GpuFatalXid"]
+
+        (alert,) = wait_for("GpuFatalXid in the lab's Alertmanager", fired, timeout=120)
+        labels = alert["labels"]
+        assert (labels["Hostname"], labels["gpu"], labels["xid"]) == ("gpu-001", "3", "79"), labels
+        assert labels["cluster"] == "opslab"  # Prometheus's external label, from the lab inventory
+        assert alert["status"]["state"] == "active"
+        assert [r["name"] for r in alert["receivers"]] == ["ticket"]  # the role's route for "critical"
+    finally:
+        lab.opsctl("heal", "gpu-001")
+
+
+def test_without_the_count_opsctl_is_in_last_value_mode_and_remediation_refuses(
+    lab: RunningLab, site: Path
+) -> None:
+    counters, unit = labsim.COLLECTORS, labsim.EXPORTER_UNIT
+    saved = f"{counters}.shipped"
+    # gpu-002's exporter from here on reads the shipped file without the count row
+    edit = lab.ssh(
+        "gpu-002", "sh", "-ec",
+        f"cp -p {counters} {saved}; grep -v '^{XID_COUNT},' {saved} > {counters}; systemctl restart {unit}",
+    )
+    assert edit.returncode == 0, edit.stderr
+    try:
+        rows = lab.ssh("gpu-002", "cat", counters).stdout
+        assert XID_LAST in rows and XID_COUNT not in rows
+
+        def last_value_only() -> bool:
+            count = [s for s in prom(lab, XID_COUNT) if s["metric"].get("Hostname") == "gpu-002"]
+            last = [s for s in prom(lab, XID_LAST) if s["metric"].get("Hostname") == "gpu-002"]
+            return not count and len(last) == 8
+
+        wait_for("gpu-002's XID count gone from Prometheus, its last XID kept", last_value_only)
+        text = health(lab, site, "--coverage")
+        assert "last-value" in text.stdout, text.stdout + text.stderr  # opsctl says how it knows
+        cov = coverage(lab, site)
+        assert cov["xid_modes"] == {"count": ["gpu-001"], "last-value": ["gpu-002"]}, cov
+        assert cov["last_value_xids"] is True
+
+        lab.opsctl("inject", "gpu-002", "xid=79,gpu=5")
+        wait_for(
+            "last XID 79 on gpu-002 GPU 5",
+            lambda: prom(lab, f'{XID_LAST}{{Hostname="gpu-002",gpu="5"}} == 79'),
+        )
+        refused = health(lab, site, "--remediate")
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert refused.stderr.startswith("opsctl: error: remediation refused: "), refused.stderr
+        assert "gpu-002" in refused.stderr and "known only by their last value" in refused.stderr
+        assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+        # nothing drained in the lab's slurmctld
+        reasons = lab.ssh("head-01", "sinfo", "-h", "-N", "-R", "-o", "%N|%E")
+        assert reasons.returncode == 0 and "opsctl" not in reasons.stdout, reasons.stdout
+    finally:
+        lab.opsctl("heal", "gpu-002")
+        lab.ssh("gpu-002", "sh", "-ec", f"mv {saved} {counters}; systemctl restart {unit}")
+    wait_for(
+        "gpu-002's XID count back in Prometheus",
+        lambda: [s for s in prom(lab, XID_COUNT) if s["metric"].get("Hostname") == "gpu-002"],
+    )
