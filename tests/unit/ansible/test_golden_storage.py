@@ -64,11 +64,18 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     hw = data_drives(recorded_sample_facts())
     # the HCAs of the simulated H200 node (hwsim's PCI addresses); the login node has one
     h200 = [(h.name, h.pci_bus) for h in hwstate.make_node("gpu-001").hcas]
-    sysfs = {"gpu-001": str(ib_sysfs(tmp / "gpu-001", h200)), "login-01": str(ib_sysfs(tmp / "login-01", h200[:1]))}
+    sysfs = {
+        "gpu-001": str(ib_sysfs(tmp / "gpu-001", h200)),
+        "login-01": str(ib_sysfs(tmp / "login-01", h200[:1])),
+    }
     extra = tmp / "vars.json"
     extra.write_text(
         json.dumps(
-            {"render_dest": str(tmp / "out"), "render_hw": {"storage-01": hw, "gpu-001": hw}, "render_sysfs": sysfs}
+            {
+                "render_dest": str(tmp / "out"),
+                "render_hw": {"storage-01": hw, "gpu-001": hw},
+                "render_sysfs": sysfs,
+            }
         )
     )
     run_ansible(
@@ -170,7 +177,9 @@ def test_one_ipoib_address_plan_serves_lnet_and_every_rail(rendered: Path) -> No
     assert [u["Address"] for u in gpu.values()] == [[f"10.30.{r}.1/24"] for r in range(8)]
     assert gpu["60-opsctl-ipoib-mlx5_0.network"]["Path"] == ["pci-0000:1a:00.0"]
     for unit in gpu.values():
-        assert unit["Mode"] == ["datagram"] and unit["MTUBytes"] == ["4092"] and unit["Type"] == ["infiniband"]
+        assert (
+            unit["Mode"] == ["datagram"] and unit["MTUBytes"] == ["4092"] and unit["Type"] == ["infiniband"]
+        )
     login = [_unit(p.read_text()) for p in (rendered / "login-01").glob("*.network")]
     assert [u["Address"] for u in login] == [["10.30.0.250/24"]]
     # the MGS NID is on rail 0's subnet, outside every host part a node or login host takes
