@@ -303,3 +303,33 @@ def test_a_narrower_client_network_inside_the_storage_network_is_accepted() -> N
     assert plugin.nfs_export_lines([export], "10.12.0.0/16", "10.12.0.0/16") == [
         "/srv/nfs/home 10.12.1.0/24(rw,sync,root_squash,no_subtree_check)"
     ]
+
+
+def test_lnet_refuses_a_rail_whose_hca_the_node_lacks(tmp_path: Path) -> None:
+    """An HCA missing from the node (mlx5_2, one of LNet's rails) is skipped by the ipoib role, and
+    the lnet role stops naming it instead of writing an lnet.conf with a hole in it."""
+    hw = data_drives(recorded_sample_facts())
+    h200 = [(h.name, h.pci_bus) for h in hwstate.make_node("gpu-001").hcas if h.name != "mlx5_2"]
+    extra = tmp_path / "vars.json"
+    extra.write_text(
+        json.dumps(
+            {
+                "render_dest": str(tmp_path / "out"),
+                "render_hw": {"gpu-001": hw},
+                "render_sysfs": {"gpu-001": str(ib_sysfs(tmp_path / "sys", h200))},
+            }
+        )
+    )
+    proc = run_ansible(
+        "ansible-playbook",
+        ["-i", "inventory/production", PLAYBOOK, "--limit", "gpu-001", "-e", f"@{extra}",
+         "-e", f"ansible_python_interpreter={sys.executable}"],
+        tmp_path,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "lnet: rails mlx5_2 have no IPoIB interface on gpu-001" in proc.stdout
+    # the rails the node has were still found: seven network files, none for mlx5_2
+    assert sorted(p.name for p in (tmp_path / "out" / "gpu-001").glob("*.network")) == [
+        f"60-opsctl-ipoib-mlx5_{r}.network" for r in (0, 1, 3, 4, 5, 6, 7)
+    ]
