@@ -40,6 +40,7 @@ FAIL_ACTION: dict[str, str] = {
     "ib-errors": "none",
     "mount": "none",
     "slurmd": "none",
+    "lustre": "none",  # a file system or fabric fault, not the node's: resumed after clean passes
     "dcgm-health": "reset_gpu",
     "probe-hung": "none",  # judged by the policy; a hung nvidia-smi sets reboot in its verdict
 }
@@ -496,6 +497,55 @@ def check_slurmd(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
     return [_v(ev, "slurmd", Status.OK, "slurmd running")]
 
 
+def check_lustre(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
+    """Only where the source runs the probe ([health] lustre_mount): elsewhere the fact is not
+    provided and the check does not apply. A step that timed out is UNKNOWN here; the policy turns
+    a probe that keeps timing out into probe-hung."""
+    lu = ev.lustre
+    if lu is None:
+        return [_unknown(ev, "lustre", "Lustre probe")]
+    if not lu.mounted or lu.problems:
+        return [
+            _v(
+                ev,
+                "lustre",
+                Status.FAIL,
+                f"{lu.mount}: " + "; ".join(lu.problems),
+                short=f"{lu.mount} " + ("not mounted" if not lu.mounted else "probe failed"),
+                mount=lu.mount,
+                problems=list(lu.problems),
+                timed_out=list(lu.timed_out),
+            )
+        ]
+    if lu.timed_out:
+        return [
+            _v(
+                ev,
+                "lustre",
+                Status.UNKNOWN,
+                f"{lu.mount}: timed out: {', '.join(lu.timed_out)}",
+                short=f"{lu.mount} probe timed out",
+                mount=lu.mount,
+                timed_out=list(lu.timed_out),
+            )
+        ]
+    write = (
+        f", wrote {lu.write_bytes >> 20} MiB in {lu.write_seconds:.2f} s"
+        if lu.write_seconds is not None
+        else ""
+    )
+    return [
+        _v(
+            ev,
+            "lustre",
+            Status.OK,
+            f"{lu.mount}: {lu.nids_pinged} NIDs answer lctl ping, {lu.servers_active} targets active{write}",
+            mount=lu.mount,
+            write_seconds=lu.write_seconds,
+        )
+    ]
+
+
 def check_dcgm(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
     if ev.dcgm_incidents is None:
         return [_unknown(ev, "dcgm-health", "DCGM health")]
@@ -670,6 +720,7 @@ CATALOGUE: tuple[Check, ...] = (
     Check("ib-errors", "ib_errors", "InfiniBand error counter increases", check_ib_errors),
     Check("mount", "mounts", "required mounts present and responsive", check_mounts),
     Check("slurmd", "slurmd", "slurmd alive", check_slurmd),
+    Check("lustre", "lustre", "Lustre client: lctl ping, lfs check servers, a timed write", check_lustre),
     Check("dcgm-health", "dcgm", "DCGM health watches and diagnostics", check_dcgm),
     Check("gpu-recovery", "recovery", "the recovery action the driver asks for", check_recovery),
     Check("gpu-fabric", "fabric", "NVLink fabric registration (fabric manager)", check_fabric),

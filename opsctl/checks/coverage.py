@@ -47,6 +47,7 @@ _NODE_FACTS: dict[str, Callable[[Evidence], bool]] = {
     ),
     "mounts": lambda ev: ev.mounts is not None,
     "slurmd": lambda ev: ev.slurmd_alive is not None,
+    "lustre": lambda ev: ev.lustre is not None,
     "dcgm": lambda ev: ev.dcgm_incidents is not None,
 }
 

@@ -228,10 +228,19 @@ def ssh_settings(
 
 
 def _health_ssh_settings(h: HealthSection) -> SshSettings:
-    """ssh_settings plus the mounts the thresholds require (health checks them, preflight does not)."""
+    """ssh_settings plus the mounts the thresholds require and the Lustre probe (health checks them,
+    preflight does not)."""
     from dataclasses import replace
 
-    return replace(ssh_settings(h), required_mounts=list(h.load_thresholds().get("mounts", "required")))
+    return replace(
+        ssh_settings(h),
+        required_mounts=list(h.load_thresholds().get("mounts", "required")),
+        lustre_mount=h.lustre_mount,
+        lustre_nids=list(h.lustre_nids),
+        lustre_write_mib=h.lustre_write_mib,
+        lustre_timeout=h.lustre_timeout,
+        lustre_max_write_seconds=h.lustre_max_write_seconds,
+    )
 
 
 # -- nodes ----------------------------------------------------------------------------------
@@ -389,8 +398,15 @@ def run_health(
         actions = (
             GuardedSlurm(ctx.slurm, ctx.config) if ctx.slurm is not None and ctx.config is not None else None
         )
-        act(decisions, actions, state, now, dry_run=dry_run, shadow=mode == "shadow",
-            retain_seconds=_retain(cfg))
+        act(
+            decisions,
+            actions,
+            state,
+            now,
+            dry_run=dry_run,
+            shadow=mode == "shadow",
+            retain_seconds=_retain(cfg),
+        )
         log.write(decisions, now, mode)
         if not dry_run:
             state.save(state_file)
@@ -457,8 +473,16 @@ def drain_failed_nodes(
         NodeReport(
             node,
             Status.FAIL,
-            [Verdict("launch-node-failed", Status.FAIL, node, None, f"{why} in run {run_id}",
-                     {"short": f"{why} in run {run_id}", "action": "none"})],
+            [
+                Verdict(
+                    "launch-node-failed",
+                    Status.FAIL,
+                    node,
+                    None,
+                    f"{why} in run {run_id}",
+                    {"short": f"{why} in run {run_id}", "action": "none"},
+                )
+            ],
             "watch",
         )
         for node, why in sorted(failed.items())
@@ -470,8 +494,16 @@ def drain_failed_nodes(
         every = backend.nodes(None)
         size = len([n for n in every if not partition or partition in n.partitions]) or len(every)
         decisions = decide(reports, view, state, cfg, now, size, owner="watch")
-        act(decisions, GuardedSlurm(backend, config, who="opsctl watch"), state, now, dry_run=False,
-            shadow=False, retain_seconds=_retain(cfg), owner="watch")
+        act(
+            decisions,
+            GuardedSlurm(backend, config, who="opsctl watch"),
+            state,
+            now,
+            dry_run=False,
+            shadow=False,
+            retain_seconds=_retain(cfg),
+            owner="watch",
+        )
         DecisionLog(h.decision_log).write(decisions, now, "apply")
         state.save(h.state_file)
     return decisions

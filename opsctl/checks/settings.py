@@ -10,6 +10,7 @@ from opsctl.address import check_absolute, check_addresses
 from opsctl.checks.catalogue import CATALOGUE
 from opsctl.checks.thresholds import Thresholds, load_thresholds
 from opsctl.errors import ConfigError
+from opsctl.parsers.lustre_probe import probe_command
 from opsctl.policy import PolicyConfig
 
 SOURCES = ("prometheus", "ssh", "dcgm", "prometheus+ssh")
@@ -50,6 +51,14 @@ class HealthSection:
     ib_sample_seconds: float = 2.0
     dcgm_diag_level: int = 0  # 0: health watches only; 1-4: also run `dcgmi diag -r N`
     resume_diag_level: int = 0  # 0: off; 1-4: `dcgmi diag -r N` on an idle drained node before resume
+    # The Lustre probe (ssh source, check "lustre"): the client mount point and the server NIDs to
+    # lctl ping; unset: no Lustre, the check does not apply. Each step under lustre_timeout; a write
+    # slower than lustre_max_write_seconds FAILs (unset: only a failed write does).
+    lustre_mount: str | None = None
+    lustre_nids: list[str] = field(default_factory=list)
+    lustre_write_mib: int = 16
+    lustre_timeout: float = 30.0
+    lustre_max_write_seconds: float | None = None
 
     def validate(self) -> None:
         if self.source not in SOURCES:
@@ -68,12 +77,27 @@ class HealthSection:
             raise ValueError("dcgm_diag_level: must be 0 (off) or 1-4")
         if self.resume_diag_level not in (0, 1, 2, 3, 4):
             raise ValueError("resume_diag_level: must be 0 (off) or 1-4")
+        self._validate_lustre()
         if self.expected_gpus is not None and self.expected_gpus < 0:
             raise ValueError("expected_gpus: must be >= 0")
         try:
             self.policy().validate()
         except ConfigError as exc:
             raise ValueError(str(exc).removeprefix("health: ")) from None
+
+    def _validate_lustre(self) -> None:
+        if self.lustre_mount is None:
+            if self.lustre_nids:
+                raise ValueError("lustre_nids: set lustre_mount too (the client mount point to probe)")
+            return
+        if self.lustre_timeout < 1 or (self.lustre_max_write_seconds or 1) <= 0:
+            raise ValueError("lustre_timeout: must be >= 1; lustre_max_write_seconds: must be > 0")
+        check_absolute("lustre_mount", self.lustre_mount)
+        try:  # the same checks the probe's own command builder makes (NIDs, size)
+            probe_command(self.lustre_mount, self.lustre_nids, self.lustre_write_mib)
+        except ValueError as exc:
+            field_name = "lustre_write_mib" if "write_mib" in str(exc) else "lustre_nids"
+            raise ValueError(f"{field_name}: " + str(exc).removeprefix("lustre probe: ")) from None
 
     def policy(self) -> PolicyConfig:
         return PolicyConfig(

@@ -29,6 +29,7 @@ FACTS = (
     "recovery",  # what the driver says each GPU needs (recovery action, reset required)
     "fabric",  # NVLink fabric registration of each GPU with the fabric manager
     "sxid",  # NVSwitch SXid events
+    "lustre",  # the Lustre client probe (lctl ping, lfs check servers, a timed write)
 )
 
 
@@ -114,6 +115,21 @@ class MountEvidence:
 
 
 @dataclass
+class LustreEvidence:
+    """The Lustre client probe on one node: ``problems`` names each failed step (empty: healthy),
+    ``timed_out`` the steps that did not answer in time (judged UNKNOWN, not failed)."""
+
+    mount: str
+    mounted: bool
+    problems: list[str] = field(default_factory=list)
+    timed_out: list[str] = field(default_factory=list)
+    nids_pinged: int = 0
+    servers_active: int = 0
+    write_seconds: float | None = None
+    write_bytes: int = 0
+
+
+@dataclass
 class Evidence:
     """Everything one source learned about one node in one collection."""
 
@@ -142,3 +158,4 @@ class Evidence:
     provides: frozenset[str] = frozenset()  # facts this source reports for every node
     raw: dict[str, Any] = field(default_factory=dict)  # source-specific extra detail
     sxids: list[SxidEvent] | None = None  # NVSwitch SXids; None: the source could not read them
+    lustre: LustreEvidence | None = None  # the Lustre probe, where [health] lustre_mount is set

@@ -1,5 +1,6 @@
 """Evidence read on the nodes themselves over SSH (paramiko): nvidia-smi, NVLink status, the
-InfiniBand sysfs tree (sampled twice for counter deltas), kernel XIDs, mounts and slurmd.
+InfiniBand sysfs tree (sampled twice for counter deltas), kernel XIDs, mounts, slurmd and, where
+``lustre_mount`` is set, the Lustre client probe (opsctl.parsers.lustre_probe).
 
 The kernel log is read since the previous pass, not as a snapshot: ``journalctl -k -b
 --show-cursor --after-cursor=C`` with the cursor of each node's last pass (the whole current boot on
@@ -32,11 +33,13 @@ from typing import Any, TypeVar
 
 from opsctl.address import split_address
 from opsctl.evidence.convert import gpus_from_nvidia_smi, ib_from_sysfs, sxids_from_dmesg, xids_from_dmesg
-from opsctl.evidence.model import Evidence, MountEvidence, SxidEvent, XidEvent
+from opsctl.evidence.model import Evidence, LustreEvidence, MountEvidence, SxidEvent, XidEvent
 from opsctl.parsers.dmesg_xid import parse_dmesg_xids
 from opsctl.parsers.ib_sysfs import DEFAULT_ROOT, grep_argv, parse_grep_output, parse_ib_sysfs
 from opsctl.parsers.journal_kernel import parse_journal_kernel, valid_cursor
 from opsctl.parsers.lfs_check import parse_lfs_check_servers
+from opsctl.parsers.lustre_probe import MARK as LUSTRE_MARK
+from opsctl.parsers.lustre_probe import parse_lustre_probe, probe_command
 from opsctl.parsers.nvidia_smi_nvlink import parse_nvlink_status
 from opsctl.parsers.nvidia_smi_q import parse_nvidia_smi_q
 
@@ -128,6 +131,14 @@ class SshSettings:
     # how long XIDs/SXids of the current boot are remembered between passes; keep it at least as
     # long as [xid] window_seconds
     kernel_log_retention: float = 86400.0
+    # The Lustre probe (lctl ping of lustre_nids, lfs check servers, a timed direct write of
+    # lustre_write_mib on the mount), each step under lustre_timeout; None: no Lustre here, the
+    # lustre check does not apply.
+    lustre_mount: str | None = None
+    lustre_nids: list[str] = field(default_factory=list)
+    lustre_write_mib: int = 16
+    lustre_timeout: float = 30.0
+    lustre_max_write_seconds: float | None = None  # None: a slow write is not judged
 
 
 def _bounded(seconds: float, cmd: str) -> str:
@@ -169,7 +180,52 @@ def commands(settings: SshSettings, cursor: str = "", boot_id: str = "") -> dict
         cmds[f"statfs{i}"] = _bounded(settings.mount_timeout, f"stat -f -c %T -- {shlex.quote(m['path'])}")
     if any(m.get("fstype") == "lustre" for m in settings.required_mounts):
         cmds["lfs"] = _bounded(20, "lfs check servers")
+    if settings.lustre_mount:
+        cmds["lustre"] = lustre_command(settings)
     return cmds
+
+
+def lustre_command(settings: SshSettings) -> str:
+    """The Lustre probe, only where the mount point holds a mounted Lustre file system: the write
+    must never land on the directory beneath a missing mount."""
+    mount = settings.lustre_mount or ""
+    probe = probe_command(
+        mount, settings.lustre_nids, settings.lustre_write_mib, max(1, int(settings.lustre_timeout))
+    )
+    return (
+        f"if findmnt -rn -t lustre -M {shlex.quote(mount)} >/dev/null 2>&1; then {probe}; "
+        f'else echo "{LUSTRE_MARK} {_NOT_MOUNTED}"; fi'
+    )
+
+
+_NOT_MOUNTED = "not-mounted"
+
+
+def _lustre(out: dict[str, CommandResult], settings: SshSettings) -> LustreEvidence | None:
+    """The probe's output judged into evidence; None when it did not run (unknown)."""
+    res = out.get("lustre")
+    mount = settings.lustre_mount or ""
+    if res is None or (not res.stdout.strip() and not res.ok):
+        return None
+    if f"{LUSTRE_MARK} {_NOT_MOUNTED}" in res.stdout:
+        return LustreEvidence(mount, mounted=False, problems=[f"{mount} is not a mounted Lustre file system"])
+    probe = parse_lustre_probe(res.stdout)
+    timed_out = [f"lctl ping {p.target}" for p in probe.pings if p.error == "timed out"]
+    if probe.servers is not None and probe.servers.failed.get("lfs check servers") == "timed out":
+        timed_out.append("lfs check servers")
+    if probe.write is not None and probe.write.error == "timed out":
+        timed_out.append("write probe")
+    problems = [p for p in probe.problems(settings.lustre_max_write_seconds) if not p.endswith("timed out")]
+    return LustreEvidence(
+        mount,
+        mounted=True,
+        problems=problems,
+        timed_out=timed_out,
+        nids_pinged=sum(1 for p in probe.pings if p.ok),
+        servers_active=len(probe.servers.active) if probe.servers else 0,
+        write_seconds=probe.write.seconds if probe.write and probe.write.ok else None,
+        write_bytes=probe.write.bytes if probe.write and probe.write.ok else 0,
+    )
 
 
 def _kernel_text(ev: Evidence, out: dict[str, CommandResult]) -> str | None:
@@ -302,6 +358,12 @@ def evidence_from_outputs(
                     responsive = False
                     detail = "lfs check servers: " + "; ".join(list(check.failed.values())[:2])[:120]
             ev.mounts.append(MountEvidence(path, mounted.get(path, fstype), present, responsive, detail))
+    if settings.lustre_mount:
+        ev.provides = ev.provides | {"lustre"}
+        ev.lustre = _lustre(out, settings)
+        if ev.lustre is not None and ev.lustre.timed_out:
+            # hung, not failed: UNKNOWN in this pass; the policy counts passes in a row (probe-hung)
+            ev.probe_timeouts.append(f"lustre:{ev.lustre.mount}")
     return ev
 
 

@@ -34,7 +34,7 @@ MOUNTS = (
     Mount("/dev/md0", "xfs", "/scratch", int(27.9 * TIB), 0.07, 2_995_687_360, False),
     Mount("storage-01:/srv/nfs/home", "nfs4", "/home", 60 * TIB, 0.41, 1_932_735_283, True),
     Mount("storage-01:/srv/nfs/shared", "nfs4", "/shared", 120 * TIB, 0.63, 3_865_470_566, True),
-    Mount("10.20.0.1@o2ib:/scratch", "lustre", "/lustre/scratch", 2048 * TIB, 0.52, 4_294_967_296, True),
+    Mount("10.30.0.200@o2ib:/scratch", "lustre", "/lustre/scratch", 2048 * TIB, 0.52, 4_294_967_296, True),
 )
 
 

@@ -21,6 +21,8 @@ import yaml
 from provisioning_helpers import GOLDEN, REPO, run_ansible, sample
 from test_golden_slurm import recorded_sample_facts
 
+from opsctl.hwsim import state as hwstate
+
 PLAYBOOK = "tests/unit/ansible/playbooks/render_storage.yml"
 UPDATE = os.environ.get("OPSCTL_UPDATE_GOLDEN") == "1"
 HOSTS = ("storage-01", "gpu-001", "login-01")
@@ -43,13 +45,38 @@ def data_drives(facts: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def ib_sysfs(root: Path, hcas: list[tuple[str, str]]) -> Path:
+    """A /sys/class/infiniband shaped as the kernel lays it out: <hca>/device a link to the HCA's PCI
+    function, whose net/ holds its IPoIB interface, named as udev's path scheme names an InfiniBand
+    device (ib + p<bus>s<slot>, decimal: 0000:1a:00.0 -> ibp26s0)."""
+    for hca, pci in hcas:
+        _, bus, slot_fn = pci.split(":")
+        bus, slot = int(bus, 16), int(slot_fn.split(".")[0], 16)
+        (root / "devices" / pci / "net" / f"ibp{bus}s{slot}").mkdir(parents=True)
+        (root / "class" / "infiniband" / hca).mkdir(parents=True)
+        (root / "class" / "infiniband" / hca / "device").symlink_to(f"../../../devices/{pci}")
+    return root / "class" / "infiniband"
+
+
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("storage")
     hw = data_drives(recorded_sample_facts())
+    # the HCAs of the simulated H200 node (hwsim's PCI addresses); the login node has one
+    h200 = [(h.name, h.pci_bus) for h in hwstate.make_node("gpu-001").hcas]
+    sysfs = {
+        "gpu-001": str(ib_sysfs(tmp / "gpu-001", h200)),
+        "login-01": str(ib_sysfs(tmp / "login-01", h200[:1])),
+    }
     extra = tmp / "vars.json"
     extra.write_text(
-        json.dumps({"render_dest": str(tmp / "out"), "render_hw": {"storage-01": hw, "gpu-001": hw}})
+        json.dumps(
+            {
+                "render_dest": str(tmp / "out"),
+                "render_hw": {"storage-01": hw, "gpu-001": hw},
+                "render_sysfs": sysfs,
+            }
+        )
     )
     run_ansible(
         "ansible-playbook",
@@ -132,18 +159,33 @@ def test_a_gpu_node_mounts_in_order_and_slurmd_waits_for_every_mount(rendered: P
 def test_lnet_runs_multi_rail_on_gpu_nodes_and_single_rail_on_login(rendered: Path) -> None:
     gpu = yaml.safe_load((rendered / "gpu-001" / "lnet.conf").read_text())
     login = yaml.safe_load((rendered / "login-01" / "lnet.conf").read_text())
-    for conf, ifaces in ((gpu, ["ib0", "ib2", "ib4", "ib6"]), (login, ["ib0"])):
+    # rails 0, 2, 4, 6 of the H200 node (mlx5_0 1a:00.0, mlx5_2 3c:00.0, mlx5_4 9c:00.0, mlx5_6 bc:00.0)
+    for conf, ifaces in ((gpu, ["ibp26s0", "ibp60s0", "ibp156s0", "ibp188s0"]), (login, ["ibp26s0"])):
         (net,) = conf["net"]
         assert net["net type"] == "o2ib0"
         assert [ni["interfaces"][0] for ni in net["local NI(s)"]] == ifaces
         assert conf["global"]["discovery"] == 1
-    addresses = [
-        _unit((rendered / "gpu-001" / f"60-opsctl-{i}.network").read_text())["Address"][0]
-        for i in ("ib0", "ib2", "ib4", "ib6")
-    ]
-    assert addresses == ["10.20.1.1/16", "10.21.1.1/16", "10.22.1.1/16", "10.23.1.1/16"]
     wait = _unit((rendered / "gpu-001" / "lnet.service.d-opsctl-ipoib.conf").read_text())["ExecStartPre"][0]
-    assert wait.endswith("--interface=ib0 --interface=ib2 --interface=ib4 --interface=ib6")
+    assert wait.endswith("--interface=ibp26s0 --interface=ibp60s0 --interface=ibp156s0 --interface=ibp188s0")
+
+
+def test_one_ipoib_address_plan_serves_lnet_and_every_rail(rendered: Path) -> None:
+    """The ipoib role writes the only network files: one per HCA, by PCI address, on the plan's
+    subnets (rail r of gpu-NNN is 10.30.r.NNN/24, the login node .250), datagram mode, 4K MTU."""
+    gpu = {p.name: _unit(p.read_text()) for p in sorted((rendered / "gpu-001").glob("*.network"))}
+    assert sorted(gpu) == [f"60-opsctl-ipoib-mlx5_{r}.network" for r in range(8)]
+    assert [u["Address"] for u in gpu.values()] == [[f"10.30.{r}.1/24"] for r in range(8)]
+    assert gpu["60-opsctl-ipoib-mlx5_0.network"]["Path"] == ["pci-0000:1a:00.0"]
+    for unit in gpu.values():
+        assert (
+            unit["Mode"] == ["datagram"] and unit["MTUBytes"] == ["4092"] and unit["Type"] == ["infiniband"]
+        )
+    login = [_unit(p.read_text()) for p in (rendered / "login-01").glob("*.network")]
+    assert [u["Address"] for u in login] == [["10.30.0.250/24"]]
+    # the MGS NID is on rail 0's subnet, outside every host part a node or login host takes
+    mount = _unit((rendered / "gpu-001" / "lustre-scratch.mount").read_text())
+    nid = mount["What"][0].split("@")[0]
+    assert nid.startswith("10.30.0.") and 200 <= int(nid.rsplit(".", 1)[1]) < 250
 
 
 # -- the array planner on genuine samples --------------------------------------------------------
@@ -260,4 +302,34 @@ def test_a_narrower_client_network_inside_the_storage_network_is_accepted() -> N
     }
     assert plugin.nfs_export_lines([export], "10.12.0.0/16", "10.12.0.0/16") == [
         "/srv/nfs/home 10.12.1.0/24(rw,sync,root_squash,no_subtree_check)"
+    ]
+
+
+def test_lnet_refuses_a_rail_whose_hca_the_node_lacks(tmp_path: Path) -> None:
+    """An HCA missing from the node (mlx5_2, one of LNet's rails) is skipped by the ipoib role, and
+    the lnet role stops naming it instead of writing an lnet.conf with a hole in it."""
+    hw = data_drives(recorded_sample_facts())
+    h200 = [(h.name, h.pci_bus) for h in hwstate.make_node("gpu-001").hcas if h.name != "mlx5_2"]
+    extra = tmp_path / "vars.json"
+    extra.write_text(
+        json.dumps(
+            {
+                "render_dest": str(tmp_path / "out"),
+                "render_hw": {"gpu-001": hw},
+                "render_sysfs": {"gpu-001": str(ib_sysfs(tmp_path / "sys", h200))},
+            }
+        )
+    )
+    proc = run_ansible(
+        "ansible-playbook",
+        ["-i", "inventory/production", PLAYBOOK, "--limit", "gpu-001", "-e", f"@{extra}",
+         "-e", f"ansible_python_interpreter={sys.executable}"],
+        tmp_path,
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "lnet: rails mlx5_2 have no IPoIB interface on gpu-001" in proc.stdout
+    # the rails the node has were still found: seven network files, none for mlx5_2
+    assert sorted(p.name for p in (tmp_path / "out" / "gpu-001").glob("*.network")) == [
+        f"60-opsctl-ipoib-mlx5_{r}.network" for r in (0, 1, 3, 4, 5, 6, 7)
     ]

@@ -10,7 +10,15 @@ from opsctl.checks.runner import judge_node
 from opsctl.checks.thresholds import load_thresholds
 from opsctl.errors import ConfigError
 from opsctl.evidence.convert import gpus_from_nvidia_smi, ib_from_ibstat, ib_from_sysfs, xids_from_dmesg
-from opsctl.evidence.model import FACTS, Evidence, GpuEvidence, IbPortEvidence, MountEvidence, XidEvent
+from opsctl.evidence.model import (
+    FACTS,
+    Evidence,
+    GpuEvidence,
+    IbPortEvidence,
+    LustreEvidence,
+    MountEvidence,
+    XidEvent,
+)
 from opsctl.parsers.dmesg_xid import parse_dmesg_xids
 from opsctl.parsers.ib_sysfs import parse_flattened, parse_ib_sysfs
 from opsctl.parsers.ibstat import parse_ibstat
@@ -62,6 +70,7 @@ def healthy(node: str = "gpu-001", **kw: object) -> Evidence:
         mounts=[],
         slurmd_alive=True,
         dcgm_incidents=[],
+        lustre=LustreEvidence("/lustre/scratch", mounted=True, nids_pinged=1, servers_active=2),
         provides=ALL,
     )
     return replace(ev, **kw)  # type: ignore[arg-type]

@@ -98,7 +98,7 @@ def test_a_hung_step_times_out_and_the_rest_still_runs(tmp_path, bindir):
     _tool(bindir, "lctl", "sleep 20\n")
     _tool(bindir, "lfs", f"cat <<'OUT'\n{LFS_ACTIVE}OUT\n")
     cmd = probe_command(
-        "/lustre/scratch", ["10.20.0.1@o2ib"], write_mib=1, timeout_s=1, write_dir=str(tmp_path)
+        "/lustre/scratch", ["10.30.0.200@o2ib"], write_mib=1, timeout_s=1, write_dir=str(tmp_path)
     )
     probe = parse_lustre_probe(_run(cmd, bindir))
     assert [p.error for p in probe.pings] == ["timed out"]
