@@ -54,6 +54,7 @@ NVLINK_BUSBW_GBS = 480.0  # all_reduce busbw plateau of 8 Hopper GPUs on NVSwitc
 RING_EFFICIENCY = 0.95
 HALF_SIZE = 64 * 2**20  # message size at which the collective reaches half its plateau
 FABRIC_STATES = ("Not Started", "In Progress", "Completed", "Not Supported")
+FABRIC_FAULTS = ("slow_rail", "bad_cable", "nvlink_fabric")  # the names apply_fabric_fault knows
 
 
 class FabricToolError(Exception):
@@ -155,6 +156,15 @@ def apply_fabric_fault(
         save_faults(state, faults)
     else:
         raise FaultError(f"unknown fabric fault {s.name!r}; known: bad_cable, nvlink_fabric, slow_rail")
+
+
+def fault_specs(faults: FabricFaults) -> list[str]:
+    """The active fabric faults as fault specs (``slow_rail=mlx5_3,gbps=180``), for listings."""
+    out = [f"slow_rail={hca},gbps={gbps:g}" for hca, gbps in sorted(faults.rails.items())]
+    out += [f"bad_cable={peer},gbps={gbps:g}" for peer, gbps in sorted(faults.links.items())]
+    if faults.nvlink_fabric:
+        out.append(f"nvlink_fabric={faults.nvlink_fabric}")
+    return out
 
 
 def heal_fabric(state: str | os.PathLike[str], peer: str | os.PathLike[str] | None = None) -> None:
