@@ -11,7 +11,10 @@ it from both ends alike, and no pair test can tell which node is at fault (the r
 pair unisolated; the last test shows it on a two-node subset). A third node gives each node two
 partners, which is what isolation needs (opsctl/preflight/isolate.py).
 
-What this cannot prove (docs/fabric.md): real RDMA, real bandwidth, GPUDirect, NVSwitches, MPI."""
+The across-nodes `all_reduce_perf` runs through the host's `srun` into the lab's Slurm, one rank
+per machine; the ranks meet at rank 0 over TCP (each machine holds only its own hardware state).
+
+What this cannot prove (docs/fabric.md): real RDMA, real bandwidth, GPUDirect, NVSwitches."""
 
 from __future__ import annotations
 
@@ -36,10 +39,6 @@ SLOW_NODE, SLOW_RAIL = "gpu-002", "mlx5_3"
 LAB_FABRIC = (
     # no /dev/nvidia-nvswitch* in the machines: the NVSwitch count is unit-tested only
     "fabric_nvswitches = 0\n"
-    # the machines' hardware states are separate directories and the lab has no MPI, so the
-    # across-nodes all_reduce_perf (srun, rank 0 reading every node's state) is not run here; the
-    # sshd end-to-end test (tests/integration/preflight/test_fabric_over_ssh.py) runs it
-    "fabric_nccl_multinode = false\n"
     "fabric_pair_timeout = 180.0\n"  # 16 python3 processes per pair on a 2-core host
 )
 
@@ -127,7 +126,10 @@ def test_a_healthy_lab_passes_the_fabric_acceptance(lab: RunningLab, config: Pat
     for p in fab["pairs"]:
         assert sorted(p["rails"]) == [f"mlx5_{i}" for i in range(8)]
         assert all(r["ok"] and r["gbps"] >= 360 for r in p["rails"].values()), p
-    assert fab["node_rails"] == [] and fab["links"] == [] and fab["multinode"] is None
+    assert fab["node_rails"] == [] and fab["links"] == []
+    # across the lab through the host's srun: one rank per machine, eight simulated GPUs each
+    multinode = fab["multinode"]
+    assert multinode["status"] == "OK" and multinode["evidence"]["ranks"] == 24, multinode
     got = verdicts(doc)
     assert sorted(got) == NODES
     for node in NODES:
@@ -149,6 +151,8 @@ def test_a_slow_rail_on_one_machine_names_that_machine_and_rail(
     bw = got[SLOW_NODE]["fabric-ib-write-bw"]
     assert bw["status"] == "FAIL" and bw["evidence"]["rails"] == [SLOW_RAIL], bw
     assert f"{SLOW_RAIL} 180 Gb/s with gpu-001, gpu-003" in bw["summary"], bw["summary"]
+    # the ring across the three machines is paced by that rail: a set-level FAIL, no node's
+    assert fab["multinode"]["status"] == "FAIL" and fab["multinode"]["evidence"]["busbw_gbs"] < 180
     failing = {(n, c) for n, vs in got.items() for c, v in vs.items() if v["status"] == "FAIL"}
     assert failing == {(SLOW_NODE, "fabric-ib-write-bw")}, problems(doc)
     # only that rail, only the pairs with that node
