@@ -11,10 +11,8 @@ it from both ends alike, and no pair test can tell which node is at fault (the r
 pair unisolated; the last test shows it on a two-node subset). A third node gives each node two
 partners, which is what isolation needs (opsctl/preflight/isolate.py).
 
-The across-nodes `all_reduce_perf` runs through the host's `srun` into the lab's Slurm, one rank
-per machine; the ranks meet at rank 0 over TCP (each machine holds only its own hardware state).
-
-What this cannot prove (docs/fabric.md): real RDMA, real bandwidth, GPUDirect, NVSwitches."""
+What this cannot prove (docs/fabric.md): real RDMA, real bandwidth, GPUDirect, NVSwitches; the
+across-nodes NCCL test is not run here (see LAB_FABRIC)."""
 
 from __future__ import annotations
 
@@ -40,6 +38,11 @@ LAB_FABRIC = (
     # no /dev/nvidia-nvswitch* in the machines: the NVSwitch count is unit-tested only
     "fabric_nvswitches = 0\n"
     "fabric_pair_timeout = 180.0\n"  # 16 python3 processes per pair on a 2-core host
+    # the across-nodes all_reduce_perf goes through srun on the host, and the host's srun cannot
+    # launch on the machines: `lab connect`'s slurm.conf gives only the controller an address and
+    # the host does not resolve the machines' names ("Can't find an address, check slurm.conf");
+    # the sshd end-to-end test (tests/integration/preflight/test_fabric_over_ssh.py) runs it
+    "fabric_nccl_multinode = false\n"
 )
 
 
@@ -100,7 +103,8 @@ def verdicts(doc: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
 def problems(doc: dict[str, Any]) -> str:
     bad = [(n, c, v["status"], v["summary"]) for n, vs in verdicts(doc).items() for c, v in vs.items()
            if v["status"] != "OK"]  # fmt: skip
-    return json.dumps({"not OK": bad, "links": doc["fabric"]["links"]}, indent=1)
+    fab = doc["fabric"]
+    return json.dumps({"not OK": bad, "links": fab["links"], "multinode": fab["multinode"]}, indent=1)
 
 
 @pytest.fixture
@@ -116,7 +120,7 @@ def slow_rail(lab: RunningLab) -> Iterator[None]:
 
 def test_a_healthy_lab_passes_the_fabric_acceptance(lab: RunningLab, config: Path) -> None:
     rc, doc, text = preflight(lab, config)
-    assert rc == 0, problems(doc) + text[-2000:]
+    assert rc == 0, problems(doc) + text[-1000:]
     fab = doc["fabric"]
     # three nodes, two partners each: every pair once, one pair per round (the third node waits)
     assert (fab["rounds"], fab["retest_rounds"]) == (3, 0)
@@ -126,10 +130,7 @@ def test_a_healthy_lab_passes_the_fabric_acceptance(lab: RunningLab, config: Pat
     for p in fab["pairs"]:
         assert sorted(p["rails"]) == [f"mlx5_{i}" for i in range(8)]
         assert all(r["ok"] and r["gbps"] >= 360 for r in p["rails"].values()), p
-    assert fab["node_rails"] == [] and fab["links"] == []
-    # across the lab through the host's srun: one rank per machine, eight simulated GPUs each
-    multinode = fab["multinode"]
-    assert multinode["status"] == "OK" and multinode["evidence"]["ranks"] == 24, multinode
+    assert fab["node_rails"] == [] and fab["links"] == [] and fab["multinode"] is None
     got = verdicts(doc)
     assert sorted(got) == NODES
     for node in NODES:
@@ -151,8 +152,6 @@ def test_a_slow_rail_on_one_machine_names_that_machine_and_rail(
     bw = got[SLOW_NODE]["fabric-ib-write-bw"]
     assert bw["status"] == "FAIL" and bw["evidence"]["rails"] == [SLOW_RAIL], bw
     assert f"{SLOW_RAIL} 180 Gb/s with gpu-001, gpu-003" in bw["summary"], bw["summary"]
-    # the ring across the three machines is paced by that rail: a set-level FAIL, no node's
-    assert fab["multinode"]["status"] == "FAIL" and fab["multinode"]["evidence"]["busbw_gbs"] < 180
     failing = {(n, c) for n, vs in got.items() for c, v in vs.items() if v["status"] == "FAIL"}
     assert failing == {(SLOW_NODE, "fabric-ib-write-bw")}, problems(doc)
     # only that rail, only the pairs with that node
