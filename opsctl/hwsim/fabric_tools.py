@@ -21,7 +21,9 @@ this module only (the base hardware state has no field for them)::
     python -m opsctl.hwsim.tools fabric STATE_FILE --heal [--peer PEER_STATE_FILE]
 
 ``all_reduce_perf`` under srun reads the other nodes' states from ``$HWSIM_STATE_DIR``
-(``<node>.json``); alone it reads its own node's state. Standard library only (the lab copies this
+(``<node>.json``) where they are all there; on separate machines (the lab) every rank sends its
+node's state to rank 0 over TCP, as NCCL's bootstrap connects the ranks; alone it reads its own
+node's state. Standard library only (the lab copies this
 package into machines with Debian's bare python3). Simulators: nothing here is ever installed on a
 production node.
 """
@@ -37,6 +39,7 @@ import re
 import socket
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,6 +57,7 @@ NVLINK_BUSBW_GBS = 480.0  # all_reduce busbw plateau of 8 Hopper GPUs on NVSwitc
 RING_EFFICIENCY = 0.95
 HALF_SIZE = 64 * 2**20  # message size at which the collective reaches half its plateau
 FABRIC_STATES = ("Not Started", "In Progress", "Completed", "Not Supported")
+FABRIC_FAULTS = ("slow_rail", "bad_cable", "nvlink_fabric")  # the names apply_fabric_fault knows
 
 
 class FabricToolError(Exception):
@@ -155,6 +159,15 @@ def apply_fabric_fault(
         save_faults(state, faults)
     else:
         raise FaultError(f"unknown fabric fault {s.name!r}; known: bad_cable, nvlink_fabric, slow_rail")
+
+
+def fault_specs(faults: FabricFaults) -> list[str]:
+    """The active fabric faults as fault specs (``slow_rail=mlx5_3,gbps=180``), for listings."""
+    out = [f"slow_rail={hca},gbps={gbps:g}" for hca, gbps in sorted(faults.rails.items())]
+    out += [f"bad_cable={peer},gbps={gbps:g}" for peer, gbps in sorted(faults.links.items())]
+    if faults.nvlink_fabric:
+        out.append(f"nvlink_fabric={faults.nvlink_fabric}")
+    return out
 
 
 def heal_fabric(state: str | os.PathLike[str], peer: str | os.PathLike[str] | None = None) -> None:
@@ -592,6 +605,86 @@ def _ring_busbw(nodes: list[tuple[NodeHardware, FabricFaults]]) -> float:
     return worst * RING_EFFICIENCY
 
 
+BOOTSTRAP_TIMEOUT = 120.0  # seconds rank 0 waits for the others (srun starts them together)
+
+
+def bootstrap_address(names: Sequence[str]) -> tuple[str, int]:
+    """Where rank 0 listens: its node (the step's first), on a port derived from the job and step
+    (NCCL publishes an ephemeral one through MPI; the simulator has no MPI to publish it with).
+    ``$HWSIM_BOOTSTRAP_HOST``/``$HWSIM_BOOTSTRAP_PORT`` override both (tests on one host), and
+    ``$HWSIM_BOOTSTRAP_TIMEOUT`` the wait."""
+    host = os.environ.get("HWSIM_BOOTSTRAP_HOST") or (names[0] if names else "")
+    if not host:
+        raise FabricToolError("no SLURM_STEP_NODELIST or SLURM_JOB_NODELIST: cannot find rank 0", 1)
+    port = os.environ.get("HWSIM_BOOTSTRAP_PORT")
+    if port:
+        return host, int(port)
+    job, step = int(os.environ.get("SLURM_JOB_ID") or 0), int(os.environ.get("SLURM_STEP_ID") or 0)
+    return host, 40000 + (job * 16 + step) % 20000
+
+
+def _bootstrap(
+    rank: int, ntasks: int, names: Sequence[str], mine: tuple[NodeHardware, FabricFaults]
+) -> list[tuple[NodeHardware, FabricFaults]]:
+    """Rank 0 gathers every rank's hardware over TCP (returned in rank order); the others send
+    theirs to it (returned: []). Fails, as NCCL's bootstrap does, when a rank never arrives."""
+    host, port = bootstrap_address(names)
+    payload = json.dumps({"rank": rank, "state": mine[0].to_dict(), "faults": asdict(mine[1])}) + "\n"
+    wait = float(os.environ.get("HWSIM_BOOTSTRAP_TIMEOUT") or BOOTSTRAP_TIMEOUT)
+    deadline = time.monotonic() + wait
+    if rank != 0:
+        while True:
+            try:
+                with socket.create_connection((host, port), timeout=10) as sock:
+                    sock.sendall(payload.encode())
+                    sock.shutdown(socket.SHUT_WR)
+                    sock.recv(16)  # rank 0 closes once it has read the line
+                return []
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise FabricToolError(
+                        f"NCCL WARN Bootstrap : rank {rank} could not reach rank 0 at {host}:{port}: {exc}", 1
+                    ) from None
+                time.sleep(0.2)
+    got: dict[int, tuple[NodeHardware, FabricFaults]] = {0: mine}
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind(("0.0.0.0", port))
+        except OSError as exc:
+            raise FabricToolError(
+                f"NCCL WARN Bootstrap : rank 0 cannot listen on port {port}: {exc}", 1
+            ) from None
+        listener.listen(ntasks)
+        while len(got) < ntasks:
+            listener.settimeout(max(0.1, deadline - time.monotonic()))
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                missing = sorted(set(range(ntasks)) - set(got))
+                raise FabricToolError(
+                    f"NCCL WARN Bootstrap : ranks {missing} did not connect within {wait:g}s", 1
+                ) from None
+            with conn:
+                conn.settimeout(30)
+                buf = b""
+                while not buf.endswith(b"\n"):
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    buf += chunk
+                try:
+                    data = json.loads(buf)
+                    f = data["faults"]
+                    got[int(data["rank"])] = (
+                        NodeHardware.from_dict(data["state"]),
+                        FabricFaults(f["rails"], f["links"], f["nvlink_fabric"]),
+                    )
+                except (ValueError, KeyError, TypeError):
+                    continue  # not one of ours; keep waiting for the ranks
+    return [got[r] for r in range(ntasks)]
+
+
 def all_reduce_perf(argv: Sequence[str]) -> str:
     ap = argparse.ArgumentParser(prog="all_reduce_perf")
     ap.add_argument("--state")
@@ -606,12 +699,21 @@ def all_reduce_perf(argv: Sequence[str]) -> str:
     args = ap.parse_args(argv)
     lo, hi = _size(args.minbytes), _size(args.maxbytes)
     rank, ntasks = int(os.environ.get("SLURM_PROCID", "0")), int(os.environ.get("SLURM_NTASKS", "1"))
-    if rank != 0:
+    names = _expand(os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST", ""))
+    state_dir = Path(os.environ.get("HWSIM_STATE_DIR") or state_file(args.state).resolve().parent)
+    shared = "HWSIM_STATE_DIR" in os.environ or all(
+        (state_dir / f"{n}.json").exists() for n in names[:ntasks]
+    )
+    if ntasks > 1 and not shared:
+        # separate machines (the lab): the ranks meet over TCP, as NCCL's bootstrap does
+        state, where = _load_state(args.state)
+        members = _bootstrap(rank, ntasks, names, (state, load_faults(where)))
+        if rank != 0:
+            return ""
+    elif rank != 0:
         return ""  # with MPI only rank 0 prints
-    if ntasks > 1:
+    elif ntasks > 1:
         # rank 0 reports for the whole job: every node's state, from the shared state directory
-        names = _expand(os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST", ""))
-        state_dir = Path(os.environ.get("HWSIM_STATE_DIR") or state_file(args.state).resolve().parent)
         members = []
         for name in names[:ntasks]:
             path = state_dir / f"{name}.json"

@@ -346,7 +346,15 @@ def pair_verdicts(nodes: list[str], tests: list[PairTest], att: Attribution, flo
         elif mine:
             ok = [r.gbps for r in mine if r.ok and r.gbps is not None]
             partners = sorted({r.b if r.a == node else r.a for r in mine})
-            summary = f"{len({r.rail for r in mine})} rails >= {floor:g} Gb/s with {len(partners)} partners"
+            rails, passed = {r.rail for r in mine}, {r.rail for r in mine if r.ok}
+            summary = f"{len(passed)} rails >= {floor:g} Gb/s with {len(partners)} partners"
+            if passed != rails:
+                # not convicted (a link, or a pair not isolated: their own codes say so), not all clean
+                summary = (
+                    f"{len(passed)} of {len(rails)} rails >= {floor:g} Gb/s with {len(partners)} partners; "
+                    f"{', '.join(sorted(rails - passed))} failed with every partner measured, "
+                    "not isolated to this node"
+                )
             out.append(
                 fj.v(
                     node,

@@ -228,3 +228,50 @@ def test_the_fabric_shims_install_and_run_on_a_bare_python(hw: Path, tmp_path: P
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert parse_nccl_tests(done.stdout)[0].complete
+
+
+def _rank_on_its_own_machine(
+    tmp_path: Path, hw: Path, node: str, rank: int, env: dict[str, str]
+) -> subprocess.Popen[str]:
+    """A rank whose machine holds only its own node's state (as each lab machine does)."""
+    own = tmp_path / f"machine-{node}"
+    own.mkdir(exist_ok=True)
+    for suffix in (".json", ".fabric.json"):
+        if (hw / f"{node}{suffix}").exists():
+            shutil.copy2(hw / f"{node}{suffix}", own / f"{node}{suffix}")
+    e = {**os.environ, "PYTHONPATH": str(REPO), "HWSIM_STATE": str(own / f"{node}.json"),
+         "SLURM_PROCID": str(rank), **env}  # fmt: skip
+    e.pop("HWSIM_STATE_DIR", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "opsctl.hwsim.tools", "all_reduce_perf", "-b", "8G", "-e", "8G", "-g", "8"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e,
+    )  # fmt: skip
+
+
+def test_all_reduce_across_separate_machines_meets_at_rank_0_over_tcp(hw: Path, tmp_path: Path) -> None:
+    (port,) = free_ports(1)
+    env = {"SLURM_NTASKS": "3", "SLURM_STEP_NODELIST": "gpu-[001-003]",
+           "HWSIM_BOOTSTRAP_HOST": "127.0.0.1", "HWSIM_BOOTSTRAP_PORT": str(port)}  # fmt: skip
+    ft.apply_fabric_fault(state_path(hw, "gpu-003"), "slow_rail=mlx5_2,gbps=200")
+    procs = [_rank_on_its_own_machine(tmp_path, hw, f"gpu-00{r + 1}", r, env) for r in (2, 1, 0)]
+    outs = {}
+    for r, p in zip((2, 1, 0), procs, strict=True):
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        outs[r] = out
+    assert outs[1] == outs[2] == ""
+    (r,) = parse_nccl_tests(outs[0])
+    assert len(r.ranks) == 24 and r.hosts == ["gpu-001", "gpu-002", "gpu-003"]
+    # gpu-003's slow rail, known only on its own machine, paces the ring
+    assert (r.busbw_at_largest() or 0) < 200
+
+
+def test_all_reduce_fails_like_ncclbootstrap_when_a_rank_never_arrives(hw: Path, tmp_path: Path) -> None:
+    (port,) = free_ports(1)
+    env = {"SLURM_NTASKS": "2", "SLURM_STEP_NODELIST": "gpu-[001-002]", "HWSIM_BOOTSTRAP_HOST": "127.0.0.1",
+           "HWSIM_BOOTSTRAP_PORT": str(port), "HWSIM_BOOTSTRAP_TIMEOUT": "1"}  # fmt: skip
+    p = _rank_on_its_own_machine(tmp_path, hw, "gpu-001", 0, env)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 1 and out == ""
+    assert "Bootstrap : ranks [1] did not connect within 1s" in err
+    assert "Traceback" not in err
