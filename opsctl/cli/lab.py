@@ -90,7 +90,8 @@ def down(dry_run: bool, inventory_dir: Path | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def inject(node: str, fault: str, as_json: bool) -> None:
     """Inject FAULT into NODE's simulated hardware (xid=79, ecc_dbe, gpu_missing=3, ib_down=mlx5_2,
-    row_remap_failure, slurmd_stopped, ...)."""
+    row_remap_failure, slurmd_stopped, mount_hung=PATH, ...) or fabric (slow_rail=mlx5_3[,gbps=N],
+    bad_cable=PEER[,gbps=N], "nvlink_fabric=In Progress")."""
     from opsctl.lab import faults
     from opsctl.lab import lab as labmod
     from opsctl.lab.config import from_env
