@@ -271,6 +271,13 @@ class Watcher:
                 if not why and health.get(node.name, "").startswith("FAIL"):
                     why = f"health {health[node.name]}"
                 views.append(NodeView(node.name, node.display_state, health.get(node.name, ""), why))
+        elif job is not None and job.state == "COMPLETED" and self.ledger.attempts:
+            # The run is over: show where its last attempt ran, judging nothing (what happens to a
+            # node after the run completed is not the run's failure, so nothing here may act on it).
+            views = [
+                NodeView(node.name, node.display_state, "", "")
+                for node in self.backend.nodes(list(self.ledger.attempts[-1].nodes))
+            ]
         metrics = metrics_summary(self.run_dir / "metrics.jsonl")
         rewards, tokens = metric_history(self.run_dir / "metrics.jsonl")
         ckpts = committed_checkpoints(self.run_dir)

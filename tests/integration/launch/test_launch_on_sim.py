@@ -58,6 +58,9 @@ def test_launch_and_watch_to_completion(launch_env: LaunchEnv, tmp_path: Path) -
     got = [(a.attempt, a.state, a.exit_code, a.resume_step) for a in led.attempts]
     assert got == [(0, "COMPLETED", 0, 0)]
     assert len(led.attempts[0].nodes) == 2
+    # the last update still shows where the run ran (the demo's table was empty), judging nothing
+    assert sorted(n["name"] for n in updates[-1]["nodes"]) == sorted(led.attempts[0].nodes)
+    assert not [n for n in updates[-1]["nodes"] if n["failed"]]
     assert led.checkpoints == [3, 6] and led.last_step == 7
     assert trainer_steps(run / "metrics.jsonl") == list(range(8))
     assert (run / "logs" / "attempt-0" / "trainer-0.log").exists()
