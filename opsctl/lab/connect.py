@@ -22,11 +22,12 @@ from typing import Any
 
 import yaml
 
-from opsctl.errors import Unreachable
+from opsctl.errors import Unreachable, UsageError
 from opsctl.lab import labsim
 from opsctl.lab.config import LabConfig
 from opsctl.lab.shell import run
 from opsctl.lab.ssh import ssh, ssh_argv
+from opsctl.nodeset import parse_nodeset
 
 SLURM_DIR_IN_NODE = "/etc/slurm"
 SLURM_FILES = ("slurm.conf", "gres.conf", "cgroup.conf")
@@ -64,7 +65,8 @@ def rewrite_slurm_conf(text: str, addresses: dict[str, str], munge_socket: Path)
     """The head's slurm.conf as the host must read it.
 
     The host cannot resolve lab names, so controller hosts get their address in parentheses (Slurm's
-    `Name(Addr)` form); authentication goes through the host's lab munged socket.
+    `Name(Addr)` form) and node lines a `NodeAddr` list (what `srun` on the host needs to reach the
+    machines' slurmd); authentication goes through the host's lab munged socket.
     """
     out = []
     for line in text.splitlines():
@@ -76,10 +78,28 @@ def rewrite_slurm_conf(text: str, addresses: dict[str, str], munge_socket: Path)
             line = f"{key.strip()}={name}({addr})" if addr and "(" not in value else line
         elif sep and k == "authinfo":
             continue  # replaced below
+        elif sep and k == "nodename":
+            line = _with_node_addresses(line, addresses)
         out.append(line)
     out.append("# opsctl lab connect: authenticate through the host's lab munged")
     out.append(f"AuthInfo=socket={munge_socket}")
     return "\n".join(out) + "\n"
+
+
+def _with_node_addresses(line: str, addresses: dict[str, str]) -> str:
+    """A `NodeName=` line with `NodeAddr=` in the order of its names, when every name has a lab
+    address and the line names none itself; otherwise the line unchanged."""
+    words = line.split()
+    if not words or any(w.lower().startswith("nodeaddr=") for w in words):
+        return line
+    expr = words[0].partition("=")[2]
+    try:
+        names = parse_nodeset(expr)
+    except UsageError:
+        return line  # DEFAULT or something this rewrite does not understand: Slurm's own reading
+    if not names or any(n not in addresses for n in names):
+        return line
+    return f"{line} NodeAddr={','.join(addresses[n] for n in names)}"
 
 
 def _fetch(cfg: LabConfig, path: str) -> bytes | None:

@@ -153,6 +153,10 @@ def test_xid_79_is_found_through_the_count_and_its_alert_reaches_alertmanager(
         assert "xid 79" in fail["summary"] and COUNT_MODE in fail["summary"], fail
         assert (fail["evidence"]["mode"], fail["evidence"]["xid"]) == ("count", 79), fail
         assert all(v["status"] == "OK" for v in xid_verdicts(doc, "gpu-002")), doc
+        # the healthy machine reads OK on every check, not UNKNOWN (the demo once showed
+        # "no dcgm-exporter series" beside the failing node)
+        healthy = [v for n in doc["nodes"] if n["node"] == "gpu-002" for v in n["verdicts"]]
+        assert healthy and all(v["status"] == "OK" for v in healthy), healthy
         # with the count, remediation has nothing to refuse: it would drain gpu-001 (a dry run here)
         dry = health(lab, site, "--remediate", "--dry-run", "--json")
         plan = json.loads(dry.stdout)["remediation"]

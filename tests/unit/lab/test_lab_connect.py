@@ -62,3 +62,16 @@ def test_known_hosts_come_from_the_machines_files(tmp_path):
     base.parent.mkdir(parents=True)
     base.write_text("ssh-ed25519 AAAAbase root@image\n")
     assert known_hosts_text(cfg) == "10.213.0.11 ssh-ed25519 AAAAbase\n10.213.0.12 ssh-ed25519 AAAAown\n"
+
+
+def test_node_lines_get_the_machines_addresses_for_srun_on_the_host() -> None:
+    addresses = {"head": "10.213.0.10", "gpu-001": "10.213.0.11", "gpu-002": "10.213.0.12"}
+    lines = rewrite_slurm_conf(CONF, addresses, Path("/s")).splitlines()
+    # in the order Slurm expands the names: the host's srun resolves gpu-002 to 10.213.0.12
+    want = "NodeName=gpu-[001-002] Gres=gpu:h200:8 CPUs=1 RealMemory=1000 NodeAddr=10.213.0.11,10.213.0.12"
+    assert want in lines
+    # a line that names its own address, or a machine without one, is Slurm's to read as written
+    own = "NodeName=gpu-001 NodeAddr=10.1.1.1 CPUs=1"
+    assert own in rewrite_slurm_conf(own + "\n", addresses, Path("/s")).splitlines()
+    default = "NodeName=DEFAULT CPUs=1"
+    assert default in rewrite_slurm_conf(default + "\n", addresses, Path("/s")).splitlines()
