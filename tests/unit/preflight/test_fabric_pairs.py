@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,6 @@ from opsctl.hwsim.state import make_node, save, state_path
 from opsctl.preflight.fabric import pair_phase, pair_scripts, pair_verdicts, rail_results, split_rails
 from opsctl.preflight.pairs import Pair, rounds
 from opsctl.preflight.settings import PreflightSection
-from opsctl.sim.cluster import free_ports
 
 REPO = Path(__file__).resolve().parents[3]
 RAILS = ["mlx5_0", "mlx5_1"]
@@ -44,12 +44,31 @@ def test_the_scripts_are_valid_shell_and_frame_each_rail():
     assert not slow[0].ok and "392.3 < 395" in slow[0].error
 
 
+def listenable_ports(count: int, start: int = 20000) -> list[int]:
+    """``count`` ports below the kernel's ephemeral range that nothing listens on now."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    found: list[int] = []
+    for port in range(start, low):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+        found.append(port)
+        if len(found) == count:
+            return found
+    raise RuntimeError(f"fewer than {count} free ports in {start}-{low}")
+
+
 class LocalRunner:
     """Both ends' scripts run on this host, each with its node's simulated hardware on PATH."""
 
     def __init__(self, hw: Path, bin_dir: Path) -> None:
         self.hw, self.bin = hw, bin_dir
-        self.base = free_ports(1)[0]
+        # 2 slots x 8 rails, each checked free, and below the ephemeral range: a port there can be
+        # taken at any moment as the local end of some other connection, and a server that cannot
+        # listen fails its rail (this test once convicted a healthy node's mlx5_1 on a busy host)
+        self.ports = listenable_ports(2 * len(RAILS))
 
     def _run(self, node: str, script: str) -> CommandResult:
         env = {
@@ -63,7 +82,7 @@ class LocalRunner:
         return CommandResult(done.returncode, done.stdout, done.stderr)
 
     def __call__(self, pair: Pair, slot: int) -> list:
-        ports = [self.base + slot * len(RAILS) + i for i in range(len(RAILS))]
+        ports = self.ports[slot * len(RAILS) : (slot + 1) * len(RAILS)]
         cli, srv = pair_scripts(P, RAILS, ports, [0, 1], [0, 1], "127.0.0.1")
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             s = pool.submit(self._run, pair.server, srv)
