@@ -14,14 +14,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hwsim_helpers import eventually
+from hwsim_helpers import query as prometheus_query
 
 from opsctl.hwsim.metrics import XID_COUNT
 from opsctl.sim import monitoring
@@ -33,16 +32,6 @@ pytestmark = pytest.mark.integration  # about 2 minutes on 2 cores: two 2-node c
 NEEDED = ("munged", "slurmctld", "slurmd", "sinfo", "scontrol", "prometheus")
 LACKING_ADDON = "monitoring-without-xid-count"
 
-
-def _eventually(predicate: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(1.0)
-    raise AssertionError(f"never happened: {what} (last: {last!r})")
 
 
 @pytest.fixture
@@ -90,10 +79,7 @@ def opsctl(sim: SimCluster, *args: str) -> subprocess.CompletedProcess[str]:
 def query(sim: SimCluster, promql: str) -> list[dict[str, Any]]:
     info = monitoring.load_info(sim)
     assert info is not None
-    q = urllib.parse.urlencode({"query": promql})
-    with urllib.request.urlopen(f"{info.prometheus_url}/api/v1/query?{q}", timeout=10) as resp:
-        result: list[dict[str, Any]] = json.loads(resp.read())["data"]["result"]
-    return result
+    return prometheus_query(info.prometheus_url, promql)
 
 
 def xid_verdicts(doc: dict[str, Any], node: str) -> list[dict[str, Any]]:
@@ -112,8 +98,8 @@ def test_shipped_counters_find_xid_79_through_the_count(start_sim: Callable[[str
     assert json.loads(cov.stdout)["xid_modes"] == {"count": sim.node_names}
 
     monitoring.inject(sim, "gpu-002", "xid=79,gpu=2")
-    _eventually(lambda: query(sim, f'{XID_COUNT}{{Hostname="gpu-002",gpu="2",xid="79"}} == 1'), "XID counted")
-    done = _eventually(lambda: (p := opsctl(sim, "--json")).returncode == 1 and p, "health FAILs gpu-002")
+    eventually(lambda: query(sim, f'{XID_COUNT}{{Hostname="gpu-002",gpu="2",xid="79"}} == 1'), "XID counted")
+    done = eventually(lambda: (p := opsctl(sim, "--json")).returncode == 1 and p, "health FAILs gpu-002")
     doc = json.loads(done.stdout)
     (verdict,) = [v for v in xid_verdicts(doc, "gpu-002") if v["status"] != "OK"]
     assert verdict["status"] == "FAIL" and verdict["gpu"] == 2
@@ -139,7 +125,7 @@ def test_without_the_count_health_is_last_value_and_remediation_refuses(
     assert doc["xid_modes"] == {"last-value": sim.node_names} and doc["last_value_xids"] is True
 
     monitoring.inject(sim, "gpu-001", "xid=79,gpu=0")
-    _eventually(lambda: query(sim, 'DCGM_FI_DEV_XID_ERRORS{Hostname="gpu-001",gpu="0"} == 79'), "last XID 79")
+    eventually(lambda: query(sim, 'DCGM_FI_DEV_XID_ERRORS{Hostname="gpu-001",gpu="0"} == 79'), "last XID 79")
     refused = opsctl(sim, "--remediate")
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "remediation refused" in refused.stderr and "known only by their last value" in refused.stderr

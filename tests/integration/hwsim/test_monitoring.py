@@ -6,15 +6,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import tomllib
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
+from hwsim_helpers import eventually, query
 
 from opsctl.errors import UsageError
 from opsctl.hwsim.state import load, state_path
@@ -23,26 +22,6 @@ from opsctl.sim.cluster import SimCluster
 
 pytestmark = pytest.mark.integration
 
-
-def query(url: str, promql: str) -> list[dict[str, Any]]:
-    q = urllib.parse.urlencode({"query": promql})
-    with urllib.request.urlopen(f"{url}/api/v1/query?{q}", timeout=10) as resp:
-        body = json.loads(resp.read())
-    assert body["status"] == "success", body
-    result: list[dict[str, Any]] = body["data"]["result"]
-    return result
-
-
-def eventually(predicate: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    """Wait for Prometheus to scrape (every 5 s) and reflect a change; fail with `what` otherwise."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(1.0)
-    raise AssertionError(f"never happened: {what} (last: {last!r})")
 
 
 def _pids_under(state_dir: Path) -> list[int]:

@@ -6,13 +6,17 @@ import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from opsctl.lab.config import LabConfig
 from opsctl.lab.converge import ConvergeResult, parse_recap
 
 GPU_NODES = 2
+T = TypeVar("T")
 
 
 @dataclass
@@ -89,3 +93,15 @@ def playbook(
     )
     output = proc.stdout + proc.stderr
     return ConvergeResult(proc.returncode, parse_recap(output), output)
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 120) -> T:
+    """Poll until probe() returns something truthy; the deadline only bounds waiting, nothing is timed."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(2)
+    raise AssertionError(f"gave up waiting for {what}; last probe: {last!r}")

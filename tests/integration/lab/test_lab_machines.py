@@ -4,15 +4,13 @@ an injected fault reaching Prometheus, and a teardown that leaves nothing behind
 from __future__ import annotations
 
 import json
-import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-from lab_helpers import GPU_NODES, Converged, RunningLab, lab_status
+from lab_helpers import GPU_NODES, Converged, RunningLab, lab_status, wait_for
 
 from opsctl.lab import machines, net
 from opsctl.lab.converge import ConvergeResult
@@ -20,19 +18,7 @@ from opsctl.lab.converge import ConvergeResult
 # The first test also builds the image (first run on a machine) and converges twice in its fixtures.
 pytestmark = [pytest.mark.integration, pytest.mark.lab, pytest.mark.slow, pytest.mark.timeout(1800)]
 
-T = TypeVar("T")
 
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 120) -> T:
-    """Poll until probe() returns something truthy; the deadline only bounds waiting, nothing is timed."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(2)
-    raise AssertionError(f"gave up waiting for {what}; last probe: {last!r}")
 
 
 def prom_query(lab: RunningLab, query: str) -> list[dict[str, Any]]:

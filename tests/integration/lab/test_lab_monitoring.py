@@ -16,15 +16,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-from lab_helpers import RunningLab
+from lab_helpers import RunningLab, wait_for
 
 from opsctl.hwsim.metrics import XID_COUNT
 from opsctl.lab import labsim
@@ -32,24 +31,12 @@ from opsctl.lab.converge import ConvergeResult
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab, pytest.mark.slow, pytest.mark.timeout(1800)]
 
-T = TypeVar("T")
 GPU_NODES = ["gpu-001", "gpu-002"]
 ALERTMANAGER_PORT = 9093  # roles/alertmanager/defaults/main.yml
 PROMETHEUS_PORT = 9090
 XID_LAST = "DCGM_FI_DEV_XID_ERRORS"  # the last-XID gauge, in every counters file
 COUNT_MODE = "[XID counts over the exporter's window]"  # how the gpu-xid summary names its evidence
 
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 120) -> T:
-    """Poll until probe() returns something truthy; the deadline only bounds the wait."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(2)
-    raise AssertionError(f"gave up waiting for {what}; last probe: {last!r}")
 
 
 def get_json(url: str) -> Any:
