@@ -41,6 +41,36 @@ class ConvergeResult:
     def changed_hosts(self) -> list[str]:
         return sorted(h for h, r in self.recap.items() if r.changed)
 
+    def report(self, tail: int = 3000) -> str:
+        """The tasks that changed or failed something (each with its result lines), then the output's
+        tail: what a reader of a failed assertion needs, wherever in a long run it happened."""
+        notable = notable_tasks(self.output)
+        head = "\n".join(notable) if notable else "(no task changed or failed)"
+        end = self.output[-tail:] if tail > 0 else ""
+        return f"{head}\n--- last {tail} characters ---\n{end}"
+
+
+_TASK_HEADER = re.compile(r"^(TASK|RUNNING HANDLER) \[(?P<name>.+?)\]")
+_NOTABLE_RESULT = re.compile(r"^(changed|failed|fatal|unreachable): ")
+
+
+def notable_tasks(output: str) -> list[str]:
+    """'TASK [name]' followed by its changed/failed/fatal/unreachable lines, for each task that has
+    any (ok and skipped ones are left out)."""
+    found: list[str] = []
+    task, listed = "", False
+    for line in output.splitlines():
+        m = _TASK_HEADER.match(line)
+        if m:
+            task, listed = f"{m.group(1)} [{m.group('name')}]", False
+            continue
+        if _NOTABLE_RESULT.match(line):
+            if not listed:
+                found.append(task or "(before the first task)")
+                listed = True
+            found.append("  " + line[:500])
+    return found
+
 
 def parse_recap(output: str) -> dict[str, HostRecap]:
     """Per-host counters from the PLAY RECAP block (the last one, if the output holds several)."""

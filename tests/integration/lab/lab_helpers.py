@@ -62,8 +62,8 @@ class RunningLab:
 
 @dataclass
 class Converged:
-    first: object
-    second: object
+    first: ConvergeResult
+    second: ConvergeResult
 
 
 def lab_status(lab: RunningLab) -> dict[str, object]:
@@ -105,3 +105,15 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 120) -> 
             return last
         time.sleep(2)
     raise AssertionError(f"gave up waiting for {what}; last probe: {last!r}")
+
+
+def explain(lab: RunningLab, result: ConvergeResult) -> str:
+    """A failed converge assertion's message: the tasks that changed or failed, then each such
+    host's recent Slurm and munge journal (a daemon that died between runs shows up as a change)."""
+    parts = [result.report()]
+    for host in sorted(set(result.changed_hosts) | set(result.failed_hosts)):
+        proc = lab.ssh(
+            host, "journalctl", "--no-pager", "-n", "40", "-u", "slurmd", "-u", "slurmctld", "-u", "munge"
+        )
+        parts.append(f"--- {host}: journal of slurmd/slurmctld/munge ---\n{proc.stdout}{proc.stderr}")
+    return "\n".join(parts)

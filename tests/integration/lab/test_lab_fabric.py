@@ -57,7 +57,7 @@ def converged(lab: RunningLab) -> Converged:
     from opsctl.lab.lab import REPO_ROOT
 
     first = run_playbook(REPO_ROOT, lab.inventory)
-    assert first.returncode == 0 and not first.failed_hosts, first.output[-6000:]
+    assert first.returncode == 0 and not first.failed_hosts, first.report()
     return Converged(first, first)
 
 

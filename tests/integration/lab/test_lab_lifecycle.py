@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from conftest import boot_lab
-from lab_helpers import Converged, RunningLab, playbook
+from lab_helpers import Converged, RunningLab, explain, playbook
 
 from opsctl.lab.packages import LOCAL_SOURCES_FILE, build_sim_package, write_repo_index
 
@@ -78,9 +78,9 @@ def test_site_converges_with_slurmdbd_and_says_what_the_lab_cannot_build(
     lab: RunningLab, converged: Converged
 ) -> None:
     first, second = converged.first, converged.second
-    assert not first.failed_hosts, first.output[-6000:]  # type: ignore[attr-defined]
-    assert not second.changed_hosts, second.output[-6000:]  # type: ignore[attr-defined]
-    text = first.output  # type: ignore[attr-defined]
+    assert not first.failed_hosts, explain(lab, first)
+    assert not second.changed_hosts, explain(lab, second)
+    text = first.output
     assert "skipped: no md RAID or XFS here (nvme_raid_available=false), /scratch is a directory" in text
     assert "/srv/nfs is a directory on the root file system" in text
     assert "skipped: no NFS in this kernel (nfs_kernel_mounts=false)" in text
@@ -92,7 +92,7 @@ def test_site_converges_with_slurmdbd_and_says_what_the_lab_cannot_build(
 
 def test_a_check_mode_run_reports_no_change_and_no_failure(lab: RunningLab, converged: Converged) -> None:
     result = playbook(lab, "site.yml", "--check")
-    assert not result.failed_hosts and not result.changed_hosts, result.output[-6000:]
+    assert not result.failed_hosts and not result.changed_hosts, explain(lab, result)
 
 
 @pytest.fixture
@@ -113,14 +113,14 @@ def test_a_second_controller_home_keeps_the_munge_key_and_database_password(
     fresh = home / ".opsctl" / "secrets" / "opslab"
     env = {"HOME": str(home)}
     run = playbook(lab, "playbooks/slurm.yml", "-e", f"secrets_dir={fresh}", env=env)
-    assert not run.failed_hosts, run.output[-6000:]
+    assert not run.failed_hosts, explain(lab, run)
     assert secrets_on_hosts(lab) == before
     kept = lab.cfg.state_dir / "secrets"
     for name in ("munge.key", "slurmdbd_db_password"):
         assert (fresh / name).read_bytes() == (kept / name).read_bytes(), name
     # and from there on nothing changes, on any host
     again = playbook(lab, "playbooks/slurm.yml", "-e", f"secrets_dir={fresh}", env=env)
-    assert not again.failed_hosts and not again.changed_hosts, again.output[-6000:]
+    assert not again.failed_hosts and not again.changed_hosts, explain(lab, again)
     assert "gpu-001" in out(lab, "head-01", "srun", "-w", "gpu-001", "-N1", "hostname")
 
 
@@ -131,7 +131,7 @@ def test_a_changed_database_password_is_applied_to_the_database(
     new = hashlib.sha256(secret.read_bytes()).hexdigest()[:32]
     secret.write_text(new + "\n")
     run = playbook(lab, "playbooks/slurm.yml", "--limit", "head-01")
-    assert not run.failed_hosts, run.output[-6000:]
+    assert not run.failed_hosts, explain(lab, run)
     assert f"StoragePass={new}\n" in out(lab, "head-01", "cat", "/etc/slurm/slurmdbd.conf")
     login = lab.ssh(
         "head-01",
@@ -176,7 +176,7 @@ def test_a_rolling_update_drains_installs_reboots_validates_and_resumes(
     )
 
     first = playbook(lab, "playbooks/rolling-update.yml", "--limit", ",".join(UPDATED))
-    assert first.returncode != 0 and first.failed_hosts == ["gpu-002"], first.output[-6000:]
+    assert first.returncode != 0 and first.failed_hosts == ["gpu-002"], explain(lab, first)
     assert "dcgmi diag -r 1 failed: software (GPU 0)" in first.output
     state = nodes(lab)
     # gpu-001: waited for its job, took the new version, really rebooted, validated and resumed
@@ -201,11 +201,11 @@ def test_a_rolling_update_drains_installs_reboots_validates_and_resumes(
 
     lab.opsctl("heal", "gpu-002")
     second = playbook(lab, "playbooks/rolling-update.yml", "--limit", ",".join(UPDATED))
-    assert not second.failed_hosts, second.output[-6000:]
+    assert not second.failed_hosts, explain(lab, second)
     assert second.recap["gpu-001"].changed == 0
     assert boot_id(lab, "gpu-002") == rebooted_002, "the update was already booted into: no second reboot"
     assert "DRAIN" not in nodes(lab)["gpu-002"]["flags"]
 
     third = playbook(lab, "playbooks/rolling-update.yml", "--limit", ",".join(UPDATED))
-    assert not third.failed_hosts and not third.changed_hosts, third.output[-6000:]
+    assert not third.failed_hosts and not third.changed_hosts, explain(lab, third)
     assert job_state(lab, long_job) == "RUNNING"

@@ -36,3 +36,33 @@ def test_the_last_recap_wins_and_missing_recap_is_empty() -> None:
     )
     assert set(parse_recap(two)) == {"head"}
     assert parse_recap("ERROR! the playbook: site.yml could not be found\n") == {}
+
+
+RUN = """
+TASK [slurm : Render slurm.conf] ***********************************************
+ok: [gpu-001]
+ok: [gpu-002]
+
+TASK [slurm : Run slurmd] ******************************************************
+ok: [gpu-002]
+changed: [gpu-001]
+
+RUNNING HANDLER [slurm : Restart slurmd] ***************************************
+fatal: [gpu-002]: FAILED! => {"msg": "Unable to restart service slurmd"}
+
+TASK [node_exporter : Run node exporter] ***************************************
+skipping: [gpu-001]
+"""
+
+
+def test_report_names_each_task_that_changed_or_failed_and_only_those() -> None:
+    result = ConvergeResult(2, parse_recap(RUN), RUN)
+    lines = result.report(tail=0).split("\n--- last")[0].splitlines()
+    assert lines == [
+        "TASK [slurm : Run slurmd]",
+        "  changed: [gpu-001]",
+        "RUNNING HANDLER [slurm : Restart slurmd]",
+        '  fatal: [gpu-002]: FAILED! => {"msg": "Unable to restart service slurmd"}',
+    ]
+    quiet = ConvergeResult(0, {}, "TASK [a : b] ***\nok: [h]\n")
+    assert quiet.report(tail=10).startswith("(no task changed or failed)\n")
