@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from opsctl.errors import OpsctlError
 from opsctl.hwsim.collectors import DEFAULT_PATH, Counter
@@ -83,6 +84,13 @@ class _Server(ThreadingHTTPServer):
     state_file: Path
     kind: str
     dcgm: DcgmConfig
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A scraper that gave up (Prometheus past its scrape timeout on a loaded host) closes the
+        # connection mid-answer: routine for an exporter, so no traceback; anything else still prints.
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

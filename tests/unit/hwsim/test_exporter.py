@@ -5,6 +5,8 @@ kept equal to the real render by tests/unit/ansible/test_dcgm_role.py)."""
 from __future__ import annotations
 
 import argparse
+import socket
+import struct
 import threading
 import time
 import urllib.error
@@ -385,3 +387,19 @@ def test_filesystems_and_nfs_like_node_exporter(node: NodeHardware) -> None:
     assert rpcs.value == 4000 and rpcs.labels == {}
     later = {f.name: f for f in node_families(node, now=node.boot_time + 200)}
     assert later["node_nfs_rpcs_total"].samples[0].value == 8000
+
+
+def test_a_scraper_that_hangs_up_is_routine_not_a_traceback(
+    exporter: MultiExporter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Prometheus past its scrape timeout closes the connection mid-answer; the exporter says
+    nothing about it (as the real one does) and keeps serving."""
+    port = exporter.ports()["gpu-001"]["dcgm"]
+    for _ in range(20):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            # close with a reset (linger 0) before the answer is read
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    time.sleep(0.5)  # let the handler threads reach their writes
+    assert "DCGM_FI_DEV_GPU_TEMP" in _text(port)
+    assert "Traceback" not in capsys.readouterr().err
