@@ -271,8 +271,9 @@ def build_evidence(
         live = sorted(g for g, ts in stamps.items() if now - ts <= stale_after)
         _fill_zeros(live, have, gauges[node], counters[node])
         ev = Evidence(node, "prometheus", now, gpu_count=len(live), provides=provides)
+        by_gauge, by_counter = _ByGpu(gauges[node]), _ByGpu(counters[node])
         ev.gpus = [
-            _gpu_evidence(g, uuids[(node, g)], gauges[node], counters[node], window_seconds) for g in live
+            _gpu_evidence(g, uuids[(node, g)], by_gauge, by_counter, window_seconds) for g in live
         ]
         # a node whose exporter reports no XID family stays None: unknown, not "no XID"
         if XID_COUNT in have:
@@ -345,9 +346,37 @@ def _provides(families: set[str]) -> frozenset[str]:
     return frozenset(p)
 
 
-def _for_gpu(series: list[Series], gpu: int) -> float | None:
-    vals = [_value(s) for s in series if _gpu(s["metric"]) == gpu]
-    return max(vals) if vals else None
+class _ByGpu:
+    """One node's series of each family by GPU index, indexed once per family: every GPU looks up
+    a dozen families, and scanning each family's list per GPU made a 512-node pass spend most of
+    its time here."""
+
+    def __init__(self, series: dict[str, list[Series]]) -> None:
+        self._series = series
+        self._max: dict[str, dict[int | None, float]] = {}
+        self._sum: dict[str, dict[int | None, float]] = {}
+
+    def either(self, first: str, second: str) -> str:
+        """The first family if the node has series of it, else the second (renamed fields)."""
+        return first if self._series.get(first) else second
+
+    def max(self, name: str, gpu: int) -> float | None:
+        if name not in self._max:
+            table: dict[int | None, float] = {}
+            for s in self._series.get(name, ()):
+                key, v = _gpu(s["metric"]), _value(s)
+                table[key] = max(v, table[key]) if key in table else v
+            self._max[name] = table
+        return self._max[name].get(gpu)
+
+    def sum(self, name: str, gpu: int) -> float | None:
+        if name not in self._sum:
+            table: dict[int | None, float] = {}
+            for s in self._series.get(name, ()):
+                key = _gpu(s["metric"])
+                table[key] = table.get(key, 0.0) + _value(s)
+            self._sum[name] = table
+        return self._sum[name].get(gpu)
 
 
 def _int(v: float | None) -> int | None:
@@ -358,29 +387,27 @@ def _bool(v: float | None) -> bool | None:
     return None if v is None else v != 0
 
 
-def _gpu_evidence(
-    gpu: int, labels: dict[str, str], g: dict[str, list[Series]], c: dict[str, list[Series]], window: int
-) -> GpuEvidence:
-    reasons = _for_gpu(g["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"] or g["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"], gpu)
-    sbe = _for_gpu(c["ecc_sbe"], gpu)
-    crc_series = [s for s in c["nvlink_crc"] if _gpu(s["metric"]) == gpu]
-    recovery = _for_gpu(g[RECOVERY_GAUGES[0]] or g[RECOVERY_GAUGES[1]], gpu)
+def _gpu_evidence(gpu: int, labels: dict[str, str], g: _ByGpu, c: _ByGpu, window: int) -> GpuEvidence:
+    reasons = g.max(g.either("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"), gpu)
+    sbe = c.max("ecc_sbe", gpu)
+    crc = c.sum("nvlink_crc", gpu)
+    recovery = g.max(g.either(*RECOVERY_GAUGES), gpu)
     return GpuEvidence(
         index=gpu,
         uuid=labels.get("UUID", ""),
         pci_bus_id=labels.get("pci_bus_id", ""),
         model=labels.get("modelName", ""),
-        ecc_dbe_volatile=_int(_for_gpu(g["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"], gpu)),
+        ecc_dbe_volatile=_int(g.max("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", gpu)),
         ecc_sbe_per_hour=None if sbe is None else sbe * 3600.0 / window,
-        retired_pages_sbe=_int(_for_gpu(g["DCGM_FI_DEV_RETIRED_SBE"], gpu)),
-        retired_pages_dbe=_int(_for_gpu(g["DCGM_FI_DEV_RETIRED_DBE"], gpu)),
-        retired_pages_pending=_bool(_for_gpu(g["DCGM_FI_DEV_RETIRED_PENDING"], gpu)),
-        remap_uncorrectable=_int(_for_gpu(g["DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"], gpu)),
-        remap_pending=_bool(_for_gpu(g["DCGM_FI_DEV_ROW_REMAP_PENDING"], gpu)),
-        remap_failure=_bool(_for_gpu(g["DCGM_FI_DEV_ROW_REMAP_FAILURE"], gpu)),
-        nvlink_crc_per_second=(sum(_value(s) for s in crc_series) / window) if crc_series else None,
-        pcie_gen=_int(_for_gpu(g["DCGM_FI_DEV_PCIE_LINK_GEN"], gpu)),
-        pcie_width=_int(_for_gpu(g["DCGM_FI_DEV_PCIE_LINK_WIDTH"], gpu)),
+        retired_pages_sbe=_int(g.max("DCGM_FI_DEV_RETIRED_SBE", gpu)),
+        retired_pages_dbe=_int(g.max("DCGM_FI_DEV_RETIRED_DBE", gpu)),
+        retired_pages_pending=_bool(g.max("DCGM_FI_DEV_RETIRED_PENDING", gpu)),
+        remap_uncorrectable=_int(g.max("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", gpu)),
+        remap_pending=_bool(g.max("DCGM_FI_DEV_ROW_REMAP_PENDING", gpu)),
+        remap_failure=_bool(g.max("DCGM_FI_DEV_ROW_REMAP_FAILURE", gpu)),
+        nvlink_crc_per_second=None if crc is None else crc / window,
+        pcie_gen=_int(g.max("DCGM_FI_DEV_PCIE_LINK_GEN", gpu)),
+        pcie_width=_int(g.max("DCGM_FI_DEV_PCIE_LINK_WIDTH", gpu)),
         recovery_action=None if recovery is None else RECOVERY_ACTIONS.get(int(recovery), "reboot"),
         thermal_throttle=None if reasons is None else bool(int(reasons) & HW_THERMAL_SLOWDOWN),
         power_throttle=None if reasons is None else bool(int(reasons) & HW_POWER_BRAKE_SLOWDOWN),
