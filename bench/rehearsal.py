@@ -319,6 +319,9 @@ def _reset(rig: Rig) -> None:
         monitoring.heal(rig.sim, node)
     resume(rig.env, sorted(slurm_reasons(rig.env)))
     rig.sim.wait_nodes_idle(rig.sim.node_names, 120)
+    # Prometheus must have scraped the healed hardware before the next scenario's service starts, or
+    # its first pass would drain a node of the last drill (its fresh state file has no latch for it)
+    wait(lambda: _health_cli(rig)[0] == 0, 120, "`opsctl health` exit 0 after the reset", interval=1.0)
 
 
 def run(names: list[str], nodes: int, opts: Options, keep: bool) -> list[Outcome]:
