@@ -17,123 +17,51 @@ would hold a sequence of drains of the same XID, which is their job, not what th
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import shutil
-import signal
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-import urllib.request
-from pathlib import Path
-
-
-def _wait(pred, timeout: float, what: str, interval: float = 0.5):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise SystemExit(f"bench: {what} not reached within {timeout:.0f}s")
-        time.sleep(interval)
-
-
-def _node_state(env: dict[str, str], node: str) -> str:
-    out = subprocess.run(["sinfo", "-h", "-N", "-n", node, "-o", "%T"], env=env, capture_output=True,
-                         text=True, timeout=30, check=False)
-    return out.stdout.strip()
-
-
-def _status_after(state_dir: Path, since: float, fail: int) -> bool:
-    """A pass that started after ``since`` ran and counted ``fail`` failing nodes."""
-    try:
-        st = json.loads((state_dir / "status.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return bool(st["ok"]) and st["time"] > since and st["counts"].get("FAIL", 0) == fail
-
-
-def _pass_seconds(metrics_url: str) -> tuple[float, float]:
-    """(sum, count) of the service's pass duration histogram."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(metrics_url, timeout=5) as resp:
-        text = resp.read().decode()
-    got = {s.name: s.value for fam in text_string_to_metric_families(text) for s in fam.samples
-           if s.name.startswith("opsctl_remediator_pass_duration_seconds_")}
-    return got.get("opsctl_remediator_pass_duration_seconds_sum", 0.0), got.get(
-        "opsctl_remediator_pass_duration_seconds_count", 0.0)
 
 
 def run(nodes: int, trials: int, interval: float, seed: int, keep: bool) -> dict[str, object]:
+    from simrig import Rig, node_idle, node_state, resume, wait
+
     from opsctl.sim import monitoring
-    from opsctl.sim.cluster import SimCluster, free_ports
 
     if trials > nodes:
         raise SystemExit("bench: --trials must not exceed --nodes (one node per trial)")
     rng = random.Random(seed)
-    state_dir = Path(tempfile.mkdtemp(prefix="ftd", dir="/tmp"))  # short: munge's socket lives inside
-    sim = SimCluster(nodes=nodes, state_dir=state_dir, addons=["monitoring"])
+    rig = Rig.up(nodes, prefix="ftd")
+    sim = rig.sim
+    svc = rig.service("ftd")
     latencies: list[float] = []
-    proc: subprocess.Popen[bytes] | None = None
     try:
-        t_up = time.monotonic()
-        sim.up()
-        up_s = time.monotonic() - t_up
-        (port,) = free_ports(1)
-        sim.set_config("health", state_file=str(state_dir / "bench-state.json"),
-                       decision_log=str(state_dir / "bench-decisions.jsonl"),
-                       max_drains=2 * trials + 1, max_fraction=1.0, storm_min_nodes=nodes)
-        sim.set_config("remediator", interval=interval, metrics_address=f"127.0.0.1:{port}",
-                       pause_file=str(state_dir / "paused.json"), status_file=str(state_dir / "status.json"))
-        metrics_url = f"http://127.0.0.1:{port}/metrics"
-        log = open(state_dir / "remediator.log", "wb")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "opsctl", "--config", str(sim.config_path), "remediator", "run"],
-            env=sim.env, stdout=log, stderr=subprocess.STDOUT,
-        )
-
-        def healthy_pass() -> bool:
-            if proc is not None and proc.poll() is not None:
-                raise SystemExit(f"bench: the service exited; see {state_dir / 'remediator.log'}")
-            try:
-                st = json.loads((state_dir / "status.json").read_text())
-            except (OSError, ValueError):
-                return False
-            return bool(st["ok"]) and st["counts"].get("OK") == nodes
-
-        _wait(healthy_pass, 120, "a healthy pass of the service")
-        names = sim.node_names
-        order = rng.sample(names, trials)
+        svc.configure(interval, max_drains=2 * trials + 1, max_fraction=1.0, storm_min_nodes=nodes)
+        svc.start()
+        wait(svc.healthy_pass, 120, "a healthy pass of the service")
+        order = rng.sample(sim.node_names, trials)
         for node in order:
             time.sleep(rng.uniform(0, monitoring.SCRAPE_INTERVAL_S))
             t0 = time.monotonic()
             monitoring.inject(sim, node, "xid=79,gpu=2")
-            while "drain" not in _node_state(sim.env, node):
+            while "drain" not in node_state(sim.env, node):
                 if time.monotonic() - t0 > 120:
-                    raise SystemExit(f"bench: {node} not drained within 120 s (see {state_dir})")
+                    raise SystemExit(f"bench: {node} not drained within 120 s (see {rig.dir})")
                 time.sleep(0.1)
             latencies.append(time.monotonic() - t0)
             monitoring.heal(sim, node)
             # resume only once the service has seen the node healthy, or it would drain it again
             healed = time.time()
-            _wait(lambda h=healed: _status_after(state_dir, h, fail=0), 60, f"{node} judged healthy")
-            subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env=sim.env,
-                           check=False, capture_output=True, timeout=30)  # the service may have resumed it
-            _wait(lambda n=node: _node_state(sim.env, n) == "idle", 60, f"{node} idle again")
-        pass_sum, pass_count = _pass_seconds(metrics_url)
+            wait(functools.partial(svc.pass_after, healed, fail=0), 60, f"{node} judged healthy")
+            resume(sim.env, [node])
+            wait(functools.partial(node_idle, sim.env, node), 60, f"{node} idle again")
+        pass_sum, pass_count = svc.pass_seconds()
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
-        sim.down()
-        if keep or len(latencies) < trials:  # the service's log and decisions explain a failed run
-            print(f"bench: kept {state_dir}", file=sys.stderr)
-        else:
-            shutil.rmtree(state_dir, ignore_errors=True)
+        svc.stop()
+        rig.down(keep or len(latencies) < trials)
+    up_s = rig.up_s
     target = monitoring.SCRAPE_INTERVAL_S + 2.0
     median = statistics.median(latencies)
     return {

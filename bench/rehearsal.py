@@ -1,0 +1,390 @@
+"""On-call rehearsal: the remediation service against the faults an on-call week brings, on a
+simulated cluster of --nodes (64) 8-GPU nodes (bench/simrig.py: real slurmctld and slurmd, emulated
+dcgm-exporter and node exporters scraped every 5 s by a real Prometheus, the sim's Alertmanager).
+
+    .venv/bin/python bench/rehearsal.py [SCENARIO ...] [--nodes 64] [--prom-down-s 120] [--json]
+
+`opsctl remediator run` runs as a subprocess with the product's defaults for everything the
+scenarios exercise ([health] max_drains, max_fraction, storm_*, resume_after_clean, [remediator]
+interval); each scenario gets a fresh state file, decision log and service process. Only hardware is
+simulated (the fault injection of `opsctl sim inject`). Scenarios and their pass conditions:
+
+  xid79            XID 79 on one node: that node, and no other, drained with an opsctl:health: reason.
+                   Reports injection-to-drain seconds.
+  storm            XID 79 on 20 nodes at once: at most the brake's cap drained (min(max_drains,
+                   max(1, max_fraction x nodes))), every other faulted node held with a decision that
+                   says why (storm or brake), a storm alert decision, and OpsctlRemediationStorm active
+                   in Alertmanager.
+  prometheus-down  Prometheus stopped for --prom-down-s: no node drained, `opsctl health` exits 3, the
+                   service's passes fail (Unreachable) and it keeps running; once Prometheus is back a
+                   pass judges every node OK and still nothing is drained.
+  flapping         a GPU's thermal fault (gpu-throttle FAIL, restart_app: resumed after clean passes,
+                   no proof) set and cleared --flaps times, each clean spell shorter than one scrape:
+                   one drain, no resume while it flaps, one resume once it stays clean.
+  slurmctld-restart  slurmctld restarted with an XID 79 node already drained and a second one faulted
+                   while it is down: the service survives, drains the second once it is back, and
+                   never drains a node twice (one applied drain per node in the decision log).
+
+Prints one PASS/FAIL line per scenario (or --json: one document); exits 1 if any failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from simrig import Rig, Service, resume, slurm_reasons, wait
+
+from opsctl.sim import monitoring
+from opsctl.sim.addons import register_addon
+
+ADDON = "monitoring-rehearsal"
+HEALTH_PREFIX = "opsctl:health:"
+STORM_NODES = 20
+DRAIN_TIMEOUT_S = 120.0  # injection to drain, generous: 64 nodes on 2 shared cores
+
+
+@dataclass
+class Outcome:
+    scenario: str
+    ok: bool
+    summary: str
+    values: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Options:
+    interval: float
+    prom_down_s: float
+    flaps: int
+    flap_fault_s: float
+    flap_clean_s: float
+
+
+def _health_drains(rig: Rig) -> dict[str, str]:
+    return {n: r for n, r in slurm_reasons(rig.env).items() if r.startswith(HEALTH_PREFIX)}
+
+
+def _applied(svc: Service, action: str, node: str | None = None) -> list[dict[str, Any]]:
+    return [d for d in svc.decisions() if d["action"] == action and d["result"] == "applied"
+            and (node is None or d["node"] == node)]
+
+
+def _passes(svc: Service, count: int, timeout: float) -> None:
+    """Let ``count`` more passes of the service run."""
+    st = wait(svc.status, 60, "a pass of the service")
+    assert st is not None
+    target = int(st["number"]) + count
+    wait(lambda: (s := svc.status()) is not None and int(s["number"]) >= target, timeout,
+         f"{count} more passes of the service")
+
+
+def scenario_xid79(rig: Rig, svc: Service, opts: Options) -> Outcome:
+    node = rig.sim.node_names[len(rig.sim.node_names) // 2]
+    t0 = time.monotonic()
+    monitoring.inject(rig.sim, node, "xid=79,gpu=2")
+    while node not in slurm_reasons(rig.env):
+        if time.monotonic() - t0 > DRAIN_TIMEOUT_S:
+            return Outcome("xid79", False, f"{node} not drained within {DRAIN_TIMEOUT_S:.0f}s")
+        time.sleep(0.2)
+    latency = time.monotonic() - t0
+    time.sleep(monitoring.SCRAPE_INTERVAL_S)  # another scrape: would anything else follow?
+    _passes(svc, 2, 60)
+    drains = _health_drains(rig)
+    others = sorted(set(slurm_reasons(rig.env)) - {node})
+    problems = []
+    if node not in drains:
+        problems.append(f"{node}'s reason is {slurm_reasons(rig.env).get(node)!r}, not {HEALTH_PREFIX}...")
+    if others:
+        problems.append(f"other nodes drained: {', '.join(others)}")
+    return Outcome("xid79", not problems, f"{node} drained in {latency:.1f}s ({drains.get(node, '')})",
+                   {"node": node, "inject_to_drain_s": round(latency, 2), "reason": drains.get(node, "")},
+                   problems)
+
+
+def _alertmanager_active(rig: Rig, alertname: str) -> list[dict[str, Any]]:
+    info = monitoring.load_info(rig.sim)
+    if info is None or not info.alertmanager_url:
+        return []
+    with urllib.request.urlopen(f"{info.alertmanager_url}/api/v2/alerts?active=true", timeout=10) as resp:
+        alerts: list[dict[str, Any]] = json.loads(resp.read())
+    return [a for a in alerts if a["labels"].get("alertname") == alertname]
+
+
+def scenario_storm(rig: Rig, svc: Service, opts: Options) -> Outcome:
+    from opsctl.checks import service
+
+    health = service.load_context(str(rig.sim.config_path)).health  # the settings the service runs with
+    size = len(rig.sim.node_names)
+    cap = min(health.max_drains, max(1, math.floor(health.max_fraction * size)))
+    storm_at = max(health.storm_min_nodes, math.ceil(health.storm_fraction * size))
+    names = rig.sim.node_names
+    faulted = names[1 :: max(1, len(names) // STORM_NODES)][:STORM_NODES]
+    t0 = time.monotonic()
+    for node in faulted:
+        monitoring.inject(rig.sim, node, "xid=79,gpu=2")
+    spread = time.monotonic() - t0
+
+    def storm_alert() -> list[dict[str, Any]]:
+        return [d for d in svc.decisions() if d["action"] == "alert" and d["code"] == "storm"]
+
+    alerts = wait(storm_alert, DRAIN_TIMEOUT_S, "a storm alert decision", interval=1.0)
+    seen = time.monotonic() - t0
+    time.sleep(2 * monitoring.SCRAPE_INTERVAL_S)  # two more scrapes, and the passes after them
+    _passes(svc, 2, 60)
+    drains = _health_drains(rig)
+    last: dict[str, dict[str, Any]] = {}
+    for d in svc.decisions():
+        if d["node"] in faulted:
+            last[d["node"]] = d
+    am = _alertmanager_active(rig, "OpsctlRemediationStorm")
+    problems = []
+    if len(drains) > cap:
+        problems.append(f"{len(drains)} drained, cap {cap}: {', '.join(sorted(drains))}")
+    if set(drains) - set(faulted):
+        problems.append(f"healthy nodes drained: {', '.join(sorted(set(drains) - set(faulted)))}")
+    unexplained = [n for n in faulted if n not in drains and not (
+        n in last and (last[n]["action"] == "hold" or "storm" in last[n]["why"]))]
+    if unexplained:
+        problems.append(f"faulted nodes neither drained nor held with a reason: {', '.join(unexplained)}")
+    if not am:
+        problems.append("OpsctlRemediationStorm not active in Alertmanager")
+    whys = sorted({last[n]["why"] for n in faulted if n in last and n not in drains})
+    return Outcome(
+        "storm", not problems,
+        f"{len(faulted)} faulted, {len(drains)} drained (cap {cap}, storm at >= {storm_at}), storm alert "
+        f"after {seen:.1f}s, Alertmanager {'firing' if am else 'silent'}",
+        {"faulted": len(faulted), "inject_spread_s": round(spread, 2), "drained": sorted(drains),
+         "cap": cap, "storm_at": storm_at, "storm_alert_after_s": round(seen, 1),
+         "storm_alert": alerts[0]["why"], "held_why": whys, "alertmanager_storm": bool(am)},
+        problems)
+
+
+def _health_cli(rig: Rig) -> tuple[int, str]:
+    done = subprocess.run([sys.executable, "-m", "opsctl", "--config", str(rig.sim.config_path), "health",
+                           "--json"], env=rig.env, capture_output=True, text=True, timeout=300, check=False)
+    return done.returncode, done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+
+
+def scenario_prometheus_down(rig: Rig, svc: Service, opts: Options) -> Outcome:
+    info = rig.sim.procs.info(monitoring.PROMETHEUS_PROC)
+    mon = monitoring.load_info(rig.sim)
+    assert info is not None and mon is not None
+    problems = []
+    rig.sim.stop_process(monitoring.PROMETHEUS_PROC)
+    t_stop = time.time()
+    rc_down, err_down = _health_cli(rig)
+    if rc_down != 3:
+        problems.append(f"`opsctl health` exited {rc_down} with Prometheus down ({err_down!r}), not 3")
+    failed_pass = False
+    drained_during: set[str] = set()
+    while time.time() - t_stop < opts.prom_down_s:
+        drained_during |= set(_health_drains(rig))
+        st = svc.status()
+        if st is not None and st["time"] > t_stop and not st["ok"]:
+            failed_pass = True
+        time.sleep(2)
+    if not failed_pass:
+        problems.append("no failed pass recorded while Prometheus was down")
+    rig.sim.spawn(monitoring.PROMETHEUS_PROC, info.argv)  # same config and data directory
+    t_back = time.time()
+    monitoring.MonitoringAddon.wait_targets_up(rig.sim, mon.prometheus_url, rig.sim.node_names, 180)
+    wait(lambda: svc.healthy_pass(t_back), 180, "a pass judging every node OK after Prometheus is back")
+    back_s = time.time() - t_back
+    _passes(svc, 3, 60)
+    rc_back, err_back = _health_cli(rig)
+    if rc_back != 0:
+        problems.append(f"`opsctl health` exited {rc_back} after Prometheus came back ({err_back!r})")
+    drained_during |= set(_health_drains(rig))
+    if drained_during:
+        problems.append(f"drained: {', '.join(sorted(drained_during))}")
+    st = svc.status() or {}
+    return Outcome(
+        "prometheus-down", not problems,
+        f"down {opts.prom_down_s:.0f}s: health exit {rc_down}, {st.get('errors', '?')} failed passes, "
+        f"all OK {back_s:.1f}s after restart, {len(drained_during)} drained",
+        {"prom_down_s": opts.prom_down_s, "health_exit_down": rc_down, "health_stderr_down": err_down,
+         "failed_passes": st.get("errors"), "ok_after_restart_s": round(back_s, 1),
+         "health_exit_after": rc_back, "drained": sorted(drained_during)},
+        problems)
+
+
+def scenario_flapping(rig: Rig, svc: Service, opts: Options) -> Outcome:
+    node = rig.sim.node_names[-2]
+    fault = "thermal,gpu=2"
+    problems = []
+    resumed_mid_flap: list[float] = []
+    t0 = time.monotonic()
+
+    def watch(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if _applied(svc, "resume", node):
+                resumed_mid_flap.append(round(time.monotonic() - t0, 1))
+                return
+            time.sleep(0.5)
+
+    monitoring.inject(rig.sim, node, fault)
+    wait(lambda: node in _health_drains(rig), DRAIN_TIMEOUT_S, f"{node} drained", interval=0.2)
+    drained_s = time.monotonic() - t0
+    for i in range(opts.flaps):
+        if i:
+            monitoring.inject(rig.sim, node, fault)
+        watch(opts.flap_fault_s)
+        monitoring.heal(rig.sim, node)
+        watch(opts.flap_clean_s)
+        if resumed_mid_flap:
+            break
+    if resumed_mid_flap:
+        monitoring.heal(rig.sim, node)
+        problems.append(f"resumed while flapping, {resumed_mid_flap[0]}s in")
+    t_stable = time.monotonic()
+    wait(lambda: _applied(svc, "resume", node), DRAIN_TIMEOUT_S, f"{node} resumed once stable", interval=0.5)
+    resumed_s = time.monotonic() - t_stable
+    time.sleep(monitoring.SCRAPE_INTERVAL_S)
+    _passes(svc, 2, 60)
+    drains, resumes = _applied(svc, "drain", node), _applied(svc, "resume", node)
+    if len(drains) != 1:
+        problems.append(f"{len(drains)} drains applied, not 1")
+    if len(resumes) != 1:
+        problems.append(f"{len(resumes)} resumes applied, not 1")
+    if set(_health_drains(rig)):
+        problems.append(f"still drained at the end: {', '.join(sorted(_health_drains(rig)))}")
+    return Outcome(
+        "flapping", not problems,
+        f"{node}: drained after {drained_s:.1f}s, {opts.flaps} flaps ({opts.flap_fault_s:.0f}s fault / "
+        f"{opts.flap_clean_s:.0f}s clean), {len(drains)} drain(s), resumed {resumed_s:.1f}s after it "
+        "stayed clean" + (f", resumed mid-flap at {resumed_mid_flap[0]}s" if resumed_mid_flap else ""),
+        {"node": node, "fault": fault, "flaps": opts.flaps, "drains": len(drains), "resumes": len(resumes),
+         "inject_to_drain_s": round(drained_s, 2), "stable_to_resume_s": round(resumed_s, 1),
+         "resumed_mid_flap_s": resumed_mid_flap},
+        problems)
+
+
+def scenario_slurmctld_restart(rig: Rig, svc: Service, opts: Options) -> Outcome:
+    first, second = rig.sim.node_names[4], rig.sim.node_names[9]
+    monitoring.inject(rig.sim, first, "xid=79,gpu=1")
+    wait(lambda: first in _health_drains(rig), DRAIN_TIMEOUT_S, f"{first} drained", interval=0.2)
+    info = rig.sim.procs.info("slurmctld")
+    assert info is not None
+    rig.sim.stop_process("slurmctld")
+    monitoring.inject(rig.sim, second, "xid=79,gpu=3")
+    time.sleep(2 * monitoring.SCRAPE_INTERVAL_S)  # the service goes on passing without Slurm
+    rig.sim.spawn("slurmctld", info.argv)  # the same slurm.conf and state save location
+    t_back = time.monotonic()
+    wait(lambda: second in _health_drains(rig), DRAIN_TIMEOUT_S, f"{second} drained after the restart",
+         interval=0.5)
+    back_s = time.monotonic() - t_back
+    time.sleep(monitoring.SCRAPE_INTERVAL_S)
+    _passes(svc, 3, 90)
+    problems = []
+    longest = max(svc.pass_durations(), default=0.0)
+    failed = (svc.status() or {}).get("errors", 0)
+    per_node = {n: len(_applied(svc, "drain", n)) for n in (first, second)}
+    if any(c != 1 for c in per_node.values()):
+        problems.append(f"applied drains per node {per_node}, not one each")
+    drains = _health_drains(rig)
+    if set(drains) != {first, second}:
+        problems.append(f"drained after the restart: {sorted(drains)}, not {[first, second]}")
+    return Outcome(
+        "slurmctld-restart", not problems,
+        f"slurmctld down {2 * monitoring.SCRAPE_INTERVAL_S}s (longest pass {longest:.1f}s); {second} drained "
+        f"{back_s:.1f}s after the restart; drains per node {per_node}",
+        {"first": first, "second": second, "longest_pass_s": longest, "failed_passes": failed,
+         "restart_to_drain_s": round(back_s, 1), "drains_per_node": per_node},
+        problems)
+
+
+SCENARIOS: dict[str, Callable[[Rig, Service, Options], Outcome]] = {
+    "xid79": scenario_xid79,
+    "storm": scenario_storm,
+    "prometheus-down": scenario_prometheus_down,
+    "flapping": scenario_flapping,
+    "slurmctld-restart": scenario_slurmctld_restart,
+}
+
+
+def _reset(rig: Rig) -> None:
+    """Heal every node and resume every drain, as the on-call would after the drill."""
+    for node in rig.sim.node_names:
+        monitoring.heal(rig.sim, node)
+    resume(rig.env, sorted(slurm_reasons(rig.env)))
+    rig.sim.wait_nodes_idle(rig.sim.node_names, 120)
+    # Prometheus must have scraped the healed hardware before the next scenario's service starts, or
+    # its first pass would drain a node of the last drill (its fresh state file has no latch for it)
+    wait(lambda: _health_cli(rig)[0] == 0, 120, "`opsctl health` exit 0 after the reset", interval=1.0)
+
+
+def run(names: list[str], nodes: int, opts: Options, keep: bool) -> list[Outcome]:
+    register_addon(ADDON, lambda: monitoring.MonitoringAddon(alertmanager=True))
+    rig = Rig.up(nodes, ADDON, prefix="reh")
+    outcomes: list[Outcome] = []
+    failed = False
+    try:
+        am = monitoring.load_info(rig.sim)
+        for name in names:
+            svc = rig.service(name)
+            # the product's defaults for everything a scenario tests; only files and ports are the rig's
+            svc.configure(opts.interval)
+            rig.sim.set_config("remediator", alertmanager_url=am.alertmanager_url if am else "")
+            svc.start()
+            try:
+                wait(svc.healthy_pass, 180, f"{name}: a healthy pass of the service before the drill")
+                t0 = time.monotonic()
+                out = SCENARIOS[name](rig, svc, opts)
+                out.values["wall_s"] = round(time.monotonic() - t0, 1)
+            except SystemExit as exc:  # a wait that ran out: this scenario failed, the others still run
+                out = Outcome(name, False, str(exc), problems=[str(exc)])
+            finally:
+                svc.stop()
+            failed |= not out.ok
+            outcomes.append(out)
+            _reset(rig)
+    finally:
+        rig.down(keep or failed)
+    return outcomes
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("scenarios", nargs="*", metavar="SCENARIO",
+                    help=f"default: all of {', '.join(SCENARIOS)}")
+    ap.add_argument("--nodes", type=int, default=64)
+    ap.add_argument("--interval", type=float, default=2.0, help="[remediator] interval (the default: 2)")
+    ap.add_argument("--prom-down-s", type=float, default=120.0, help="how long Prometheus stays down")
+    ap.add_argument("--flaps", type=int, default=4)
+    ap.add_argument("--flap-fault-s", type=float, default=10.0)
+    ap.add_argument("--flap-clean-s", type=float, default=4.0,
+                    help="each clean spell (shorter than the 5 s scrape: at most one clean sample)")
+    ap.add_argument("--json", action="store_true", help="one JSON document instead of text")
+    ap.add_argument("--keep", action="store_true", help="keep the sim's directory (logs, decisions)")
+    args = ap.parse_args()
+    unknown = [s for s in args.scenarios if s not in SCENARIOS]
+    if unknown:
+        ap.error(f"unknown scenario {', '.join(unknown)} (known: {', '.join(SCENARIOS)})")
+    if args.nodes < STORM_NODES + 2 and (not args.scenarios or "storm" in args.scenarios):
+        ap.error(f"storm needs --nodes >= {STORM_NODES + 2}")
+    opts = Options(args.interval, args.prom_down_s, args.flaps, args.flap_fault_s, args.flap_clean_s)
+    outcomes = run(args.scenarios or list(SCENARIOS), args.nodes, opts, args.keep)
+    if args.json:
+        print(json.dumps({"nodes": args.nodes, "interval_s": args.interval,
+                          "ok": all(o.ok for o in outcomes), "scenarios": [asdict(o) for o in outcomes]},
+                         sort_keys=True))
+    else:
+        for o in outcomes:
+            print(f"{'PASS' if o.ok else 'FAIL'} {o.scenario}: {o.summary}"
+                  + "".join(f"\n  - {p}" for p in o.problems))
+    sys.exit(0 if all(o.ok for o in outcomes) else 1)
+
+
+if __name__ == "__main__":
+    main()
