@@ -19,10 +19,12 @@ Rules, in order:
 4. Latch: every drain records the action its fault needs (restart_app, reset_gpu, reboot, replace),
    the GPU (index and UUID) and the boot id. A node drained again for the same GPU (or, without a
    GPU, the same check) within ``escalate_window`` is escalated: held for a person, with an alert.
-5. Resume: after ``resume_after_clean`` consecutive OK/WARN passes (UNKNOWN breaks the streak), and
-   only with proof of the fix: reboot-class needs a changed boot id, reset-class a reset (a changed
-   boot id, or the driver's recovery action going from "reset" back to "none" on that GPU);
-   replace-class and escalated drains are never resumed automatically.
+5. Resume: after ``resume_after_clean`` consecutive OK/WARN passes (UNKNOWN breaks the streak), each
+   on evidence newer than the last counted one's (passes may come faster than Prometheus scrapes; N
+   passes that re-read one scrape are one clean observation, not N), and only with proof of the
+   fix: reboot-class needs a changed boot id, reset-class a reset (a changed boot id, or the
+   driver's recovery action going from "reset" back to "none" on that GPU); replace-class and
+   escalated drains are never resumed automatically.
 """
 
 from __future__ import annotations
@@ -144,10 +146,14 @@ class Latch:
 @dataclass
 class PolicyState:
     """Persisted between passes: opsctl's drains (for the brake and escalation), the latches of
-    health's own drains, clean streaks and consecutive probe timeouts."""
+    health's own drains, clean streaks (with the observation time of each streak's last counted
+    pass) and consecutive probe timeouts."""
 
     drains: list[dict[str, Any]] = field(default_factory=list)  # {"node","time","reason","owner",...}
     clean_streak: dict[str, int] = field(default_factory=dict)
+    # node -> Evidence observation time of the streak's last counted pass; absent (a state file of
+    # an earlier version, or a source without one): the next clean pass counts, as it used to
+    clean_seen: dict[str, float] = field(default_factory=dict)
     latches: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> Latch as JSON
     probe_timeouts: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> probe -> passes
 
@@ -161,6 +167,7 @@ class PolicyState:
             return cls(
                 drains=list(data.get("drains", [])),
                 clean_streak=dict(data.get("clean_streak", {})),
+                clean_seen={str(k): float(v) for k, v in data.get("clean_seen", {}).items()},
                 latches={str(k): dict(v) for k, v in data.get("latches", {}).items()},
                 probe_timeouts={str(k): dict(v) for k, v in data.get("probe_timeouts", {}).items()},
             )
@@ -175,6 +182,10 @@ class PolicyState:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(asdict(self), fh, indent=1, sort_keys=True)
         os.replace(tmp, p)
+
+    def end_streak(self, node: str) -> None:
+        self.clean_streak.pop(node, None)
+        self.clean_seen.pop(node, None)
 
     def latch(self, node: str) -> Latch | None:
         data = self.latches.get(node)
@@ -404,7 +415,7 @@ def decide(
         if latch is not None and not ours:
             # resumed or taken over by someone else: their call, the latch is spent
             state.latches.pop(node, None)
-            state.clean_streak.pop(node, None)
+            state.end_streak(node)
             latch = None
         if ours and latch is not None:
             _observe(latch, report)
@@ -417,7 +428,7 @@ def decide(
             status = Status.OK  # only the XIDs the proven reset dealt with are left in the window
 
         if status is Status.FAIL:
-            state.clean_streak.pop(node, None)
+            state.end_streak(node)
             worst = _worst(failing[node])
             if node in storm_nodes:
                 decisions.append(
@@ -472,7 +483,7 @@ def decide(
             continue
 
         if status is Status.UNKNOWN:
-            state.clean_streak.pop(node, None)
+            state.end_streak(node)
             decisions.append(
                 Decision(node, "none", "unknown: never a reason to drain or resume", "", "", verdict_json)
             )
@@ -480,8 +491,19 @@ def decide(
 
         # OK or WARN: a clean pass
         if ours and latch is not None and sv is not None:
+            seen, last = report.observed_at, state.clean_seen.get(node)
+            if seen is not None and last is not None and seen <= last:
+                streak = state.clean_streak.get(node, 0)
+                decisions.append(
+                    Decision(node, "keep", f"clean {streak}/{cfg.resume_after_clean} passes; no new "
+                             "evidence since the last counted pass (the same scrape)", "", sv.reason,
+                             verdict_json)
+                )
+                continue
             streak = state.clean_streak.get(node, 0) + 1
             state.clean_streak[node] = streak
+            if seen is not None:
+                state.clean_seen[node] = seen
             if streak < cfg.resume_after_clean:
                 decisions.append(
                     Decision(node, "keep", f"clean {streak}/{cfg.resume_after_clean} passes", "",
@@ -495,7 +517,7 @@ def decide(
                          verdict_json)
             )
         else:
-            state.clean_streak.pop(node, None)
+            state.end_streak(node)
             why = status.value.lower()
             if foreign:
                 why += f"; drained by someone else, left alone ({sv.reason!r})" if sv is not None else ""
@@ -586,10 +608,10 @@ def act(
                 record_drain(state, d.node, now, d.reason, owner, d.signature, key)
                 if owner == "health":  # only health resumes, so only health latches
                     state.set_latch(d.node, latch)
-                state.clean_streak.pop(d.node, None)
+                state.end_streak(d.node)
             else:
                 state.latches.pop(d.node, None)
-                state.clean_streak.pop(d.node, None)
+                state.end_streak(d.node)
         except Refused as exc:  # the shared guardrails said no: nothing changed for this node
             d.result = "refused"
             d.why = f"{d.why}; {exc}"[:300]

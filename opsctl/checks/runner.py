@@ -25,6 +25,8 @@ class NodeReport:
     recovery: dict[int, str] = field(default_factory=dict)  # gpu -> recovery action, where known
     xid_mode: str = ""
     probe_timeouts: list[str] = field(default_factory=list)
+    # when the evidence was observed (Evidence.observed_at, else its collection); None: unknown
+    observed_at: float | None = None
 
     @property
     def problems(self) -> list[Verdict]:
@@ -73,6 +75,7 @@ def judge_node(ev: Evidence, th: Thresholds, now: float) -> NodeReport:
         },
         xid_mode=ev.xid_mode,
         probe_timeouts=list(ev.probe_timeouts),
+        observed_at=ev.collected_at if ev.observed_at is None else ev.observed_at,
     )
 
 

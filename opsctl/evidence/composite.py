@@ -125,6 +125,8 @@ def _merge_node(
         why = "; ".join(f"{n}: {ev.error or 'no evidence'}" for n, ev in found) or "no source answered"
         return Evidence(node, name, now, reachable=False, error=why)
     out = Evidence(node, name, now, provides=provides)
+    # new only when every part is new: an SSH pass does not make a re-read Prometheus scrape new
+    out.observed_at = min(ev.collected_at if ev.observed_at is None else ev.observed_at for _, ev in live)
     origin: dict[str, str] = {}
     raw: dict[str, Any] = {n: ev.raw for n, ev in live if ev.raw}
 

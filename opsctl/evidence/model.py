@@ -137,6 +137,10 @@ class Evidence:
     source: str
     collected_at: float
     reachable: bool = True
+    # when the facts were observed, where that is not the collection: Prometheus's newest sample
+    # of the node (its last scrape), which several passes in one scrape interval all read again.
+    # None: observed at collected_at (direct sources: SSH, DCGM)
+    observed_at: float | None = None
     error: str = ""  # why the node could not be read (unreachable, stale series, ...)
     boot_id: str = ""  # current kernel boot, when known: XIDs of earlier boots are history
     boot_time: float | None = None  # unix seconds the current boot started, when known

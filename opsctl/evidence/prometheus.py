@@ -271,6 +271,7 @@ def build_evidence(
         live = sorted(g for g, ts in stamps.items() if now - ts <= stale_after)
         _fill_zeros(live, have, gauges[node], counters[node])
         ev = Evidence(node, "prometheus", now, gpu_count=len(live), provides=provides)
+        ev.observed_at = max(stamps[g] for g in live)  # the scrape these facts come from
         by_gauge, by_counter = _ByGpu(gauges[node]), _ByGpu(counters[node])
         ev.gpus = [
             _gpu_evidence(g, uuids[(node, g)], by_gauge, by_counter, window_seconds) for g in live
