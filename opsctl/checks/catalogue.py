@@ -13,7 +13,7 @@ from typing import Any
 
 from opsctl.checks.model import Status, Verdict
 from opsctl.checks.thresholds import DRAIN_CLASSES, XID_CLASSES, Thresholds
-from opsctl.evidence.model import Evidence, GpuEvidence, IbPortEvidence
+from opsctl.evidence.model import Evidence, GpuEvidence, IbPortEvidence, XidEvent
 
 CheckFn = Callable[[Evidence, Thresholds, float], list[Verdict]]
 
@@ -108,6 +108,13 @@ def _history(ev: Evidence, boot_id: str, when: float | None, now: float, window:
     return when is not None and now - when > window
 
 
+def _unplaced(ev: Evidence, e: XidEvent) -> bool:
+    """A counted XID the node's latest data no longer counts, on a node whose boot is unknown: it
+    may be of this boot (counted earlier, then out of the exporter's window) or of one before a
+    reboot. One still counted now is of this boot: the exporter's counts restart with the node."""
+    return e.counted_now is False and ev.boot_time is None and not (ev.boot_id and e.boot_id)
+
+
 def check_xid(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
     if ev.xids is None:
         return [_unknown(ev, "gpu-xid", "XID events")]
@@ -119,10 +126,16 @@ def check_xid(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
     # One entry per (gpu, xid) within this boot and the window: counts summed, the worst class kept
     # (XID 154 takes the action its message names, so two 154s may differ).
     current: dict[tuple[int | None, int], dict[str, Any]] = {}
-    for e in ev.xids:
-        if e.xid <= 0 or _history(ev, e.boot_id, e.time, now, window):
-            continue  # 0: the last-XID gauge at rest
-        entry = current.setdefault((e.gpu, e.xid), {"count": 0, "last": None, "cls": "ignore"})
+    # 0: the last-XID gauge at rest
+    events = [e for e in ev.xids if e.xid > 0 and not _history(ev, e.boot_id, e.time, now, window)]
+    placed = {(e.gpu, e.xid) for e in events if not _unplaced(ev, e)}
+    for e in events:
+        unplaced = _unplaced(ev, e)
+        if unplaced and (e.gpu, e.xid) in placed:
+            continue  # this boot's own count of it decides
+        entry = current.setdefault(
+            (e.gpu, e.xid), {"count": 0, "last": None, "cls": "ignore", "unplaced": unplaced}
+        )
         entry["count"] += e.count
         entry["cls"] = worse_action(entry["cls"], th.xid_class(e.xid, e.message))
         if e.time is not None and (entry["last"] is None or e.time > entry["last"]):
@@ -134,7 +147,8 @@ def check_xid(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
         name = catalogued.name if catalogued else "not in NVIDIA's catalogue"
         where = f" on gpu {gpu}" if gpu is not None else ""
         if cls in DRAIN_CLASSES:
-            status = Status.FAIL
+            # neither drained on nor taken as healthy: the remediation policy holds on UNKNOWN
+            status = Status.UNKNOWN if entry["unplaced"] else Status.FAIL
         elif last_value:
             # Only the last XID is known: a harmless one may hide an earlier fatal one.
             status = Status.UNKNOWN
@@ -143,7 +157,14 @@ def check_xid(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
         else:
             status = Status.WARN
         summary = f"xid {xid} {name} ({cls}){where}, {entry['count']}x [{how}]"
-        if status is Status.UNKNOWN:
+        if status is Status.UNKNOWN and entry["unplaced"]:
+            last = entry["last"]
+            ago = f"{(now - last) / 60:.0f} min ago" if last is not None else "at an unknown time"
+            summary = (
+                f"xid {xid} {name} ({cls}){where}, {entry['count']}x, last counted {ago};"
+                f" boot time unknown, cannot tell whether it predates a reboot [{how}]"
+            )
+        elif status is Status.UNKNOWN:
             summary = f"last xid {xid} {name} ({cls}){where}: an earlier fatal XID may be hidden [{how}]"
         verdicts.append(
             _v(

@@ -42,6 +42,10 @@ class XidEvent:
     boot_id: str = ""  # the kernel boot the event belongs to, when known
     message: str = ""
     mono: float | None = None  # the kernel's stamp (seconds since boot): identifies a log line
+    # counted XIDs: whether the node's latest data still counts it. A count restarts with the node,
+    # so True places it in the current boot even when that boot's start is unknown; False leaves
+    # it unplaced then. None: the source cannot say (a log line, a last-value gauge).
+    counted_now: bool | None = None
 
 
 @dataclass

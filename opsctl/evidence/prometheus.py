@@ -34,6 +34,7 @@ XID_LAST = "DCGM_FI_DEV_XID_ERRORS"  # value of the LAST XID only; used when the
 # DCGM field 1523: named ..._GET_GPU_RECOVERY_ACTION in DCGM 4.5, ..._GPU_RECOVERY_ACTION from 4.6
 RECOVERY_GAUGES = ("DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION", "DCGM_FI_DEV_GPU_RECOVERY_ACTION")
 BOOT_METRIC = "node_boot_time_seconds"  # node_exporter's stat collector: /proc/stat btime
+XID_STEP_SECONDS = 5  # resolution of an XID's last-counted time (about the scrape interval)
 GAUGES = (
     XID_LAST,
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
@@ -120,7 +121,7 @@ class PrometheusSource:
         stale_after: float = 30.0,
         window_seconds: int = 600,
         xid_window_seconds: int = 3600,
-        xid_step_seconds: int = 5,
+        xid_step_seconds: int = XID_STEP_SECONDS,
         timeout: float = 5.0,
         query_fn: Any = None,
     ) -> None:
@@ -197,7 +198,9 @@ class PrometheusSource:
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(qs)) as pool:
             futures = {key: pool.submit(query, q) for key, q in qs.items()}
             results = {key: f.result() for key, f in futures.items()}
-        return build_evidence(nodes, results, now, self.stale_after, self.window_seconds)
+        return build_evidence(
+            nodes, results, now, self.stale_after, self.window_seconds, self.xid_step_seconds
+        )
 
 
 # -- pure: query results -> evidence ----------------------------------------------------------
@@ -211,7 +214,12 @@ def _gpu(labels: dict[str, str]) -> int | None:
 
 
 def build_evidence(
-    nodes: list[str], results: dict[str, list[Series]], now: float, stale_after: float, window_seconds: int
+    nodes: list[str],
+    results: dict[str, list[Series]],
+    now: float,
+    stale_after: float,
+    window_seconds: int,
+    xid_step_seconds: float = XID_STEP_SECONDS,
 ) -> list[Evidence]:
     fresh: dict[str, dict[int, float]] = defaultdict(dict)
     uuids: dict[tuple[str, int], dict[str, str]] = {}
@@ -280,6 +288,7 @@ def build_evidence(
         if XID_COUNT in have:
             ev.xid_mode = "count"
             ev.xids = _counted_xids(node, xid_counts[node], xid_last)
+            _mark_counted_now(ev.xids, max(stamps.values()), stale_after + xid_step_seconds)
         elif XID_LAST in have:
             ev.xid_mode = "last-value"
             ev.xids = _last_xids(gauges[node])
@@ -435,6 +444,16 @@ def _counted_xids(
             )
         )
     return sorted(out, key=lambda e: (e.gpu if e.gpu is not None else -1, e.xid))
+
+
+def _mark_counted_now(xids: list[XidEvent], scraped: float, lag: float) -> None:
+    """Whether the node's latest scrape (``scraped``) still counts each XID. Its last-counted time
+    comes from a subquery whose last step may end before that scrape, and the scrape before it may
+    be up to one interval (< stale_after) older: ``lag`` is stale_after plus the step. An XID last
+    counted longer ago than that has left the exporter's window, or is from before a reboot. No
+    last-counted time: the count saw it in a scrape after the subquery's last step, so it is new."""
+    for e in xids:
+        e.counted_now = e.time is None or e.time >= scraped - lag
 
 
 def _stamp_boot(ev: Evidence, boot_time: float) -> None:

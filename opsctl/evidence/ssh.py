@@ -461,7 +461,8 @@ class KernelLogState:
         return {
             "boot_id": self.boot_id,
             "cursor": self.cursor,
-            "xids": [asdict(e) for e in self.xids],
+            # counted_now is a Prometheus count's, never a log line's: the stored form stays as it was
+            "xids": [{k: v for k, v in asdict(e).items() if k != "counted_now"} for e in self.xids],
             "sxids": [asdict(e) for e in self.sxids],
         }
 

@@ -304,3 +304,45 @@ def test_dmesg_uptime_stamps_age_out(th, real):
     assert judge_node(ev, th, NOW).status is Status.OK
     ev = Evidence("n", "ssh", NOW, xids=fresh, provides=frozenset({"xid"}))
     assert {v.evidence["xid"] for v in judge_node(ev, th, NOW).problems} == {64, 94}
+
+
+def _xid_verdicts(th, **kw):
+    return [v for v in judge_node(healthy(**kw), th, NOW).verdicts if v.code == "gpu-xid"]
+
+
+def test_xid_with_unknown_boot_unknown_only_when_the_source_says_it_is_no_longer_counted(th):
+    old = NOW - 1500
+    (v,) = _xid_verdicts(th, xids=[XidEvent(79, gpu=3, time=old, counted_now=False)], xid_mode="count")
+    assert v.status is Status.UNKNOWN and "last counted 25 min ago; boot time unknown" in v.summary
+    (v,) = _xid_verdicts(th, xids=[XidEvent(79, gpu=3, time=NOW - 3, counted_now=True)], xid_mode="count")
+    assert v.status is Status.FAIL
+    # the kernel log and the last-value gauge say nothing about counting: unchanged
+    (v,) = _xid_verdicts(th, xids=[XidEvent(79, gpu=3, time=old)], xid_mode="kernel-log")
+    assert v.status is Status.FAIL
+    (v,) = _xid_verdicts(th, xids=[XidEvent(79, gpu=3)], xid_mode="last-value")
+    assert v.status is Status.FAIL
+    (v,) = _xid_verdicts(th, xids=[XidEvent(13, gpu=3)], xid_mode="last-value")
+    assert v.status is Status.UNKNOWN and "may be hidden" in v.summary
+
+
+def test_xid_no_longer_counted_is_placed_by_a_known_boot(th):
+    old = NOW - 1500
+    xids = [XidEvent(79, gpu=3, time=old, counted_now=False)]
+    (v,) = _xid_verdicts(th, xids=xids, xid_mode="count", boot_time=NOW - 7200)
+    assert v.status is Status.FAIL  # this boot's
+    (v,) = _xid_verdicts(th, xids=xids, xid_mode="count", boot_time=NOW - 600)
+    assert v.status is Status.OK  # an earlier boot's: history
+    # a boot id without a start time (another source's boot): placed when the event carries one
+    xids = [XidEvent(79, gpu=3, time=old, counted_now=False, boot_id="b2")]
+    (v,) = _xid_verdicts(th, xids=xids, xid_mode="count", boot_id="b2")
+    assert v.status is Status.FAIL
+
+
+def test_a_current_count_of_an_xid_outweighs_an_unplaced_one(th):
+    xids = [
+        XidEvent(79, gpu=3, time=NOW - 1500, counted_now=False),
+        XidEvent(79, gpu=3, time=NOW - 3, counted_now=True),
+        XidEvent(13, gpu=1, time=NOW - 1500, counted_now=False),  # a light class stays WARN
+    ]
+    vs = _xid_verdicts(th, xids=xids, xid_mode="count")
+    assert [(v.gpu, v.status, v.evidence["count"]) for v in vs] == [(1, Status.WARN, 1), (3, Status.FAIL, 1)]

@@ -268,3 +268,50 @@ def test_the_xid_queries_span_the_policy_window() -> None:
     last_counted = f"(timestamp({counted}) and {counted} > 0)[7200s:5s]"
     assert last_counted in qs["xid_last"]
     assert {"UUID", "pci_bus_id", "modelName"} <= set(_by(qs["fresh"], "fresh"))
+
+
+def test_an_xid_no_longer_counted_on_a_node_without_boot_time_is_unknown_not_failed() -> None:
+    # A Prometheus restart: gpu-001's dcgm-exporter target is scraped, its node_exporter not yet.
+    # XID 79 was last counted 25 minutes ago, inside the 1-hour window: it may be from before the
+    # reboot that healed the node, or from this boot, so neither drain nor call the node healthy.
+    res = results(fleet(gpu_001="exporter_down=node"), xid_window={("gpu-001", 3, 79): (1, NOW - 1500)})
+    unknown = ["gpu-xid:UNKNOWN", "ib-errors:UNKNOWN", "ib-port:UNKNOWN"]
+    assert verdicts(res)["gpu-001"] == ("UNKNOWN", unknown)  # was FAIL: a healthy node drained
+    ev = evidence(res)["gpu-001"]
+    assert (ev.boot_time, ev.boot_id) == (None, "")
+    assert [(e.xid, e.counted_now) for e in ev.xids] == [(79, False)]
+    (v,) = [v for r in judge([ev], load_thresholds(), NOW) for v in r.problems if v.code == "gpu-xid"]
+    assert v.gpu == 3 and "last counted 25 min ago" in v.summary and "boot time unknown" in v.summary
+    assert "action" in v.evidence and v.evidence["xid"] == 79  # what a later FAIL would latch
+
+
+def test_an_xid_counted_in_the_latest_scrape_fails_without_boot_time() -> None:
+    # dcgm-exporter's counts restart with the node: a count in its latest scrape is of this boot
+    res = results(fleet(gpu_001="exporter_down=node"), xid_window={("gpu-001", 3, 79): (1, NOW - 2)})
+    ev = evidence(res)["gpu-001"]
+    assert ev.boot_time is None and [e.counted_now for e in ev.xids] == [True]
+    (v,) = [v for r in judge([ev], load_thresholds(), NOW) for v in r.problems if v.code == "gpu-xid"]
+    assert (v.status.value, v.evidence["action"]) == ("FAIL", "reboot")
+
+
+@pytest.mark.parametrize(("last", "counted_now"), [(-2 - 35, True), (-2 - 36, False), (None, True)])
+def test_counted_now_allows_the_subquery_step_and_a_scrape_interval(
+    last: float | None, counted_now: bool
+) -> None:
+    # the node's freshest sample is NOW - 2; stale_after 30 s and the 5 s step bound the lag of the
+    # last-counted time behind it. No last-counted time: the count saw it after the last step.
+    res = results(fleet(gpu_001="exporter_down=node"), xid_window={("gpu-001", 3, 79): (1, 0.0)})
+    if last is None:
+        res["xid_last"] = []
+    else:
+        res["xid_last"][0]["value"][1] = str(NOW + last)
+    (e,) = evidence(res)["gpu-001"].xids
+    assert e.counted_now is counted_now
+
+
+def test_an_xid_of_this_boot_no_longer_counted_still_fails_when_the_boot_is_known() -> None:
+    states = fleet()
+    states[0].boot_time = NOW - 7200  # booted 2 hours ago; XID 79 last counted 25 minutes ago
+    res = results(states, xid_window={("gpu-001", 3, 79): (1, NOW - 1500)})
+    assert evidence(res)["gpu-001"].xids[0].counted_now is False
+    assert verdicts(res)["gpu-001"] == ("FAIL", ["gpu-xid:FAIL"])
