@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -38,7 +40,8 @@ def _wait(pred, timeout: float, what: str):  # type: ignore[no-untyped-def]
         time.sleep(0.5)
 
 
-def bench_query(nodes: int, runs: int, scrape_interval: int, profile: bool = False) -> None:
+def bench_query(nodes: int, runs: int, scrape_interval: int, profile: bool = False,
+                record_to: Path | None = None) -> None:
     from opsctl.hwsim.exporter import MultiExporter, NodeSpec
     from opsctl.hwsim.metrics import load_collectors
     from opsctl.hwsim.state import make_node, save, state_path
@@ -91,6 +94,15 @@ def bench_query(nodes: int, runs: int, scrape_interval: int, profile: bool = Fal
             )
             argv = [sys.executable, "-m", "opsctl", "--config", str(cfg), "health", "--json"]
             _wait(lambda: subprocess.run(argv, capture_output=True).returncode == 0, 60, "a healthy pass")
+            if record_to is not None:
+                from promreplay import record
+
+                from opsctl.evidence.prometheus import PrometheusSource
+
+                rec = record(url, PrometheusSource(url).queries(), nodes)
+                rec.save(record_to)
+                print(f"recorded the {len(rec.queries)} answers to {record_to}; Prometheus took "
+                      + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in rec.seconds.items()))
             times, gpus = [], 0
             for _ in range(runs):
                 t0 = time.perf_counter()
@@ -131,6 +143,80 @@ def bench_query(nodes: int, runs: int, scrape_interval: int, profile: bool = Fal
         f"(target < 1 s: ratio {statistics.median(times) / 1.0:.2f})"
     )
     print(f"  in-process collect+judge: median {statistics.median(inproc) * 1000:.0f} ms")
+
+
+def _child_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def bench_replay(path: Path, runs: int, profile: bool, as_json: bool) -> None:
+    """`opsctl health --json` (a fresh process per run) against a loopback server answering from a
+    recording: the client's own wall and CPU time, without the Prometheus server or the emulation.
+    Then collect+judge in-process (wall and CPU) and, with --profile, where that time goes."""
+    from promreplay import Recording, ReplayServer
+
+    from opsctl.checks import service
+
+    if not path.is_file():
+        raise SystemExit(f"bench: no recording at {path} (make one with `query --record FILE`)")
+    rec = Recording.load(path)
+    names = [f"gpu-{i:03d}" for i in range(1, rec.nodes + 1)]
+    with tempfile.TemporaryDirectory(prefix="hreplay") as tmp, ReplayServer(rec) as srv:
+        cfg = Path(tmp) / "opsctl.toml"
+        cfg.write_text(
+            f'[prometheus]\nurl = "{srv.url}"\n[health]\nnodes = "gpu-[001-{rec.nodes:03d}]"\n'
+            f'stale_after = 30.0\nstate_file = "{tmp}/state.json"\ndecision_log = "{tmp}/d.jsonl"\n'
+        )
+        argv = [sys.executable, "-m", "opsctl", "--config", str(cfg), "health", "--json"]
+        # as an installed opsctl runs: from cached bytecode (kept out of the tree), even where the
+        # environment says not to write any; the first run, which compiles, is not counted
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
+        subprocess.run(argv, capture_output=True, env=env, check=False)
+        walls, cpus = [], []
+        for _ in range(runs):
+            c0, t0 = _child_cpu(), time.perf_counter()
+            p = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+            walls.append(time.perf_counter() - t0)
+            cpus.append(_child_cpu() - c0)
+            if p.returncode != 0:
+                raise SystemExit(f"bench: `opsctl health` exited {p.returncode}: {p.stderr.strip()[-300:]}")
+        doc = json.loads(p.stdout)
+        if len(doc["nodes"]) != rec.nodes:
+            raise SystemExit(f"bench: {len(doc['nodes'])} nodes judged, not {rec.nodes}")
+        ctx = service.load_context(str(cfg))
+        src = service.make_source(ctx, "prometheus")
+        in_wall, in_cpu = [], []
+        for _ in range(runs):
+            c0, t0 = time.process_time(), time.perf_counter()
+            service.run_health(ctx, names, src)
+            in_wall.append(time.perf_counter() - t0)
+            in_cpu.append(time.process_time() - c0)
+        if profile:
+            import cProfile
+            import pstats
+
+            prof = cProfile.Profile()
+            prof.runcall(lambda: json.dumps(service.run_health(ctx, names, src).to_json(), indent=1,
+                                            sort_keys=True))
+            pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+    med = statistics.median
+    out = {"nodes": rec.nodes, "runs": runs,
+           "cli_wall_s": round(med(walls), 3), "cli_cpu_s": round(med(cpus), 3),
+           "cli_wall_min_s": round(min(walls), 3), "cli_wall_max_s": round(max(walls), 3),
+           "inproc_wall_s": round(med(in_wall), 3), "inproc_cpu_s": round(med(in_cpu), 3),
+           "recorded_prometheus_s": {k: round(v, 3) for k, v in rec.seconds.items()}}
+    if as_json:
+        print(json.dumps(out, sort_keys=True))
+        return
+    print(f"replay: {rec.nodes} nodes, {runs} runs of `opsctl health --json` against recorded answers")
+    print(f"  CLI: wall median {out['cli_wall_s']} s (min {out['cli_wall_min_s']}, "
+          f"max {out['cli_wall_max_s']}), "
+          f"CPU median {out['cli_cpu_s']} s")
+    print(f"  in-process run_health: wall median {out['inproc_wall_s']} s, "
+          f"CPU median {out['inproc_cpu_s']} s")
+    print(f"  Prometheus took (when recorded, s): {out['recorded_prometheus_s']}")
 
 
 def _ready(url: str) -> bool:
@@ -196,13 +282,23 @@ def main() -> None:
     q.add_argument("--runs", type=int, default=15)
     q.add_argument("--scrape-interval", type=int, default=5, help="seconds (the sim's is 5)")
     q.add_argument("--profile", action="store_true", help="print where one in-process pass spends its time")
+    q.add_argument("--record", type=Path, metavar="FILE",
+                   help="also save Prometheus's answers to the health queries (for `replay`)")
+    r = sub.add_parser("replay", help="`opsctl health --json` against recorded answers (no emulation)")
+    r.add_argument("recording", type=Path)
+    r.add_argument("--runs", type=int, default=15)
+    r.add_argument("--profile", action="store_true", help="print where one in-process pass spends its time")
+    r.add_argument("--json", action="store_true")
     d = sub.add_parser("drain")
     d.add_argument("--trials", type=int, default=5)
     args = ap.parse_args()
+    if args.what == "replay":
+        bench_replay(args.recording, args.runs, args.profile, args.json)
+        return
     if args.what in (None, "query"):
         bench_query(
             getattr(args, "nodes", 64), getattr(args, "runs", 15), getattr(args, "scrape_interval", 5),
-            getattr(args, "profile", False),
+            getattr(args, "profile", False), getattr(args, "record", None),
         )
     if args.what in (None, "drain"):
         bench_drain(getattr(args, "trials", 5))

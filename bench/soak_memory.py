@@ -104,11 +104,12 @@ def soak(args: argparse.Namespace) -> dict[str, object]:
         config.write_text(sim.config_path.read_text() + section)
         env = {**sim.env, "OPSCTL_CONFIG": str(config)}
         run = root / "runs" / "soak"
-        argv = [sys.executable, "-m", "opsctl", "launch", "rl-run", "--config", str(DEMO), "--output", str(run),
-                "-o", "trainer.steps=1000000", "-o", "trainer.checkpoint_every=5"]
+        argv = [sys.executable, "-m", "opsctl", "launch", "rl-run", "--config", str(DEMO),
+                "--output", str(run), "-o", "trainer.steps=1000000", "-o", "trainer.checkpoint_every=5"]
         for o in TINY:
             argv += ["-o", o]
-        out = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False)
+        out = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300,
+                             check=False)
         if out.returncode != 0:
             raise SystemExit(f"bench: launch failed: {out.stderr.strip()[-500:]}")
         wait(lambda: _trainer_step(run) >= 3, 600, "trainer step 3", interval=1.0)
@@ -122,7 +123,8 @@ def soak(args: argparse.Namespace) -> dict[str, object]:
         svc.configure(args.service_interval)
         svc.start()
         assert svc.proc is not None
-        tracks = [Track("opsctl watch --remediate", procs[0].pid), Track("opsctl remediator run", svc.proc.pid)]
+        tracks = [Track("opsctl watch --remediate", procs[0].pid),
+                  Track("opsctl remediator run", svc.proc.pid)]
         t0 = time.monotonic()
         end = t0 + args.minutes * 60
         while True:
@@ -179,10 +181,12 @@ def main() -> None:
     if args.json:
         print(json.dumps(r, sort_keys=True))
     else:
-        print(f"soak: {r['minutes']} min, {r['nodes']}-node sim, samples every {r['sample_s']} s, slope after "
+        print(f"soak: {r['minutes']} min, {r['nodes']}-node sim, samples every {r['sample_s']} s, "
+              "slope after "
               f"{r['warmup_min']} min, pass < {r['max_slope_kib_per_min']} KiB/min")
         for v in r["processes"]:  # type: ignore[attr-defined]
-            print(f"  {'PASS' if v['ok'] else 'FAIL'} {v['name']}: RSS start {v['start_kib'] / 1024:.1f} MiB, "
+            print(f"  {'PASS' if v['ok'] else 'FAIL'} {v['name']}: "
+                  f"RSS start {v['start_kib'] / 1024:.1f} MiB, "
                   f"end {v['end_kib'] / 1024:.1f}, max {v['max_kib'] / 1024:.1f}, slope "
                   f"{v['slope_kib_per_min']} KiB/min; CPU {v['cpu_s_per_min']} s/min")
     sys.exit(0 if r["ok"] else 1)
