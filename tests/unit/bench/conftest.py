@@ -1,0 +1,10 @@
+"""The bench scripts import each other as top-level modules (they run from bench/)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[3] / "bench"
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
