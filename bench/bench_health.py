@@ -103,11 +103,14 @@ def bench_query(nodes: int, runs: int, scrape_interval: int, profile: bool = Fal
                 rec.save(record_to)
                 print(f"recorded the {len(rec.queries)} answers to {record_to}; Prometheus took "
                       + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in rec.seconds.items()))
-            times, gpus = [], 0
+            times, gpus, failed = [], 0, []
             for _ in range(runs):
                 t0 = time.perf_counter()
                 p = subprocess.run(argv, capture_output=True, text=True)
                 times.append(time.perf_counter() - t0)
+                if p.returncode != 0:  # e.g. Prometheus slower than the client's timeout: count it
+                    failed.append(p.stderr.strip()[-200:] or f"exit {p.returncode}")
+                    continue
                 doc = json.loads(p.stdout)
                 gpus = sum(
                     next(v["evidence"]["seen"] for v in n["verdicts"] if v["code"] == "gpu-count")
@@ -115,13 +118,17 @@ def bench_query(nodes: int, runs: int, scrape_interval: int, profile: bool = Fal
                 )
             # the same pass in-process: collect + judge only, without interpreter start-up
             from opsctl.checks import judge, load_thresholds
+            from opsctl.errors import Unreachable
             from opsctl.evidence.prometheus import PrometheusSource
 
             src, th = PrometheusSource(url, stale_after=30.0), load_thresholds()
             inproc = []
             for _ in range(runs):
                 t0 = time.perf_counter()
-                judge(src.collect(names, time.time()), th, time.time())
+                try:
+                    judge(src.collect(names, time.time()), th, time.time())
+                except Unreachable as exc:
+                    failed.append(f"in-process: {exc}")
                 inproc.append(time.perf_counter() - t0)
             if profile:
                 import cProfile
@@ -143,6 +150,8 @@ def bench_query(nodes: int, runs: int, scrape_interval: int, profile: bool = Fal
         f"(target < 1 s: ratio {statistics.median(times) / 1.0:.2f})"
     )
     print(f"  in-process collect+judge: median {statistics.median(inproc) * 1000:.0f} ms")
+    if failed:
+        print(f"  {len(failed)} runs failed (their time is counted): {failed[0]}")
 
 
 def _child_cpu() -> float:
