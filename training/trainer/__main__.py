@@ -26,7 +26,7 @@ from training.common import set_threads
 from training.config import JobConfig, load_config
 from training.fsutil import COMMITTED, wait_for
 from training.metrics import Metrics
-from training.model import load_model, token_logprobs
+from training.model import token_logprobs
 from training.rundir import RunDir
 from training.trainer import checkpoint
 from training.trainer.loss import rl_loss
@@ -41,7 +41,17 @@ def dist_env() -> tuple[int, int]:
 
 
 class Trainer:
-    def __init__(self, run: RunDir, cfg: JobConfig, rank: int, world: int) -> None:
+    def __init__(
+        self,
+        run: RunDir,
+        cfg: JobConfig,
+        rank: int,
+        world: int,
+        resume_step: int | None = None,
+        fsdp: bool | None = None,
+    ) -> None:
+        """`fsdp` defaults to sharding on GPU with world > 1; True also shards on CPU over gloo
+        (the resharding tests), where the default is plain replicas with all-reduced gradients."""
         self.run, self.cfg, self.rank, self.world = run, cfg, rank, world
         tc = cfg.trainer
         self.cuda = torch.cuda.is_available() and tc.backend != "gloo"
@@ -54,14 +64,10 @@ class Trainer:
             dist.init_process_group("nccl" if self.cuda else "gloo", rank=rank, world_size=world)
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
-        self.model = load_model(run.initial_model(cfg), cfg.model.dtype, self.device)
-        self.fsdp = self.cuda and world > 1
-        if self.fsdp:
-            from torch.distributed.fsdp import fully_shard
-
-            for layer in self.model.model.layers:
-                fully_shard(layer)
-            fully_shard(self.model)
+        self.fsdp = (self.cuda and world > 1) if fsdp is None else (fsdp and world > 1)
+        # Parameters start on the meta device and get memory only for this rank's shards.
+        initial = run.initial_model(cfg)
+        self.model = checkpoint.build_model(initial, cfg.model.dtype, self.device, self.fsdp)
         self.model.train()
         self.opt = torch.optim.AdamW(
             self.model.parameters(), lr=tc.lr, betas=(tc.betas[0], tc.betas[1]), weight_decay=tc.weight_decay
@@ -70,19 +76,21 @@ class Trainer:
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm))
         self.step = 0
         self.stop_requested = False
+        if resume_step:
+            self.load_checkpoint(resume_step)
+        else:
+            checkpoint.load_initial_weights(self.model, initial, cfg.model.dtype)
 
     # -- state (training/trainer/checkpoint.py) --------------------------------------------------
     def save_checkpoint(self) -> None:
-        checkpoint.save_checkpoint(
-            self.run, self.model, self.opt, self.sched, self.step, self.rank, self.fsdp
-        )
+        checkpoint.save_checkpoint(self.run, self.model, self.opt, self.sched, self.step)
 
     def load_checkpoint(self, step: int) -> None:
-        self.step = checkpoint.load_checkpoint(self.run, step, self.model, self.opt, self.sched, self.fsdp)
+        self.step = checkpoint.load_checkpoint(self.run, step, self.model, self.opt, self.sched)
 
     def publish_weights(self) -> float:
         t0 = time.perf_counter()
-        checkpoint.publish_weights(self.run, self.cfg, self.model, self.step, self.rank, self.fsdp)
+        checkpoint.publish_weights(self.run, self.cfg, self.model, self.step, self.rank)
         return time.perf_counter() - t0
 
     # -- one step -------------------------------------------------------------------------------
@@ -204,14 +212,13 @@ def main(argv: list[str] | None = None) -> None:
             f"training.trainer: WORLD_SIZE={world} but trainer.world_size={cfg.trainer.world_size}"
         )
     set_threads(cfg.trainer.threads)
-    trainer = Trainer(run, cfg, rank, world)
+    trainer = Trainer(run, cfg, rank, world, resume_step=args.resume_step)
 
     def on_usr1(*_: object) -> None:
         trainer.stop_requested = True
 
     signal.signal(signal.SIGUSR1, on_usr1)
     if args.resume_step:
-        trainer.load_checkpoint(args.resume_step)
         log.info("resumed at step %d", trainer.step)
     metrics = None
     if rank == 0:
