@@ -27,7 +27,7 @@ import random
 import shutil
 import struct
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -171,7 +171,7 @@ def _single_process_ok() -> Iterator[None]:
         yield
 
 
-def _collective_publish(final: Path, marker: str, info: dict[str, Any], fill: Any) -> None:
+def _collective_publish(final: Path, marker: str, info: dict[str, Any], fill: Callable[[Path], None]) -> None:
     """publish_dir with every rank writing into the same temp dir: rank 0 creates it and tells the
     others its name; `fill` must be collective (dcp.save ends with a gather on the coordinator, so
     all shards are on disk when it returns on rank 0, which then renames and marks)."""
