@@ -45,13 +45,15 @@ def processed_logprob(prev: int, tok: int, temperature: float) -> float:
 
 
 class BadRequest(Exception):
-    def __init__(self, message: str, kind: str = "BadRequestError", code: int = 400, param: str | None = None):
+    def __init__(
+        self, message: str, kind: str = "BadRequestError", code: int = 400, param: str | None = None
+    ) -> None:
         super().__init__(message)
         self.kind, self.code, self.param = kind, code, param
 
 
 class FakeVLLM:
-    def __init__(self, served_model_name: str = "policy") -> None:
+    def __init__(self, served_model_name: str = "policy", port: int = 0) -> None:
         self.name = served_model_name
         self.requests: list[dict[str, Any]] = []
         fake = self
@@ -89,7 +91,7 @@ class FakeVLLM:
                     err = {"message": str(exc), "type": exc.kind, "param": exc.param, "code": exc.code}
                     self._send(exc.code, {"error": err})
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -104,7 +106,8 @@ class FakeVLLM:
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         if body.get("model") != self.name:
-            raise BadRequest(f"The model `{body.get('model')}` does not exist.", "NotFoundError", 404, "model")
+            model = body.get("model")
+            raise BadRequest(f"The model `{model}` does not exist.", "NotFoundError", 404, "model")
         prompts = body.get("prompt")
         if not (isinstance(prompts, list) and prompts and all(isinstance(p, list) and p for p in prompts)):
             raise BadRequest("this fake takes token-id prompts only", param="prompt")
@@ -135,8 +138,8 @@ class FakeVLLM:
             "created": int(time.time()),
             "model": self.name,
             "choices": choices,
-            "usage": {"prompt_tokens": n_prompt, "total_tokens": n_prompt + n_comp, "completion_tokens": n_comp,
-                      "prompt_tokens_details": None},
+            "usage": {"prompt_tokens": n_prompt, "total_tokens": n_prompt + n_comp,
+                      "completion_tokens": n_comp, "prompt_tokens_details": None},
         }
 
     def _sample(self, index: int, prompt: list[int], max_tokens: int, temperature: float, rng: random.Random,
