@@ -38,7 +38,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -179,16 +179,17 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def wait_ready(urls: list[str], timeout: float, pid: int | None = None, poll_s: float = 2.0) -> list[str]:
-    """Wait until every URL answers GET /health with 200; returns those still not ready (empty: all)."""
+def wait_ready(urls: list[str], timeout: float, pids: Sequence[int] = (), poll_s: float = 2.0) -> list[str]:
+    """Wait until every URL answers GET /health with 200; returns those still not ready (empty: all).
+    Gives up early when one of `pids` (the job's srun steps) has exited."""
     pending = list(urls)
     deadline = time.monotonic() + timeout
     while pending:
         pending = [u for u in pending if not _healthy(u)]
         if not pending or time.monotonic() > deadline:
             break
-        if pid is not None and not _alive(pid):
-            break  # the servers' srun step ended: nothing will come up
+        if not all(_alive(p) for p in pids):
+            break  # the servers' (or the trainer's) srun step ended: the attempt is over
         time.sleep(poll_s)
     return pending
 
@@ -211,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--port", type=int, required=True, help="port of replica 0; replica r uses port + r")
     w.add_argument("--replicas", type=int, required=True, help="replicas per node")
     w.add_argument("--timeout", type=float, default=1800.0)
-    w.add_argument("--pid", type=int, default=None, help="stop waiting when this process (srun) exits")
+    w.add_argument("--pid", type=int, action="append", default=[],
+                   help="stop waiting when this process (an srun step) exits; repeatable")
     w.add_argument("hosts", nargs="+")
     args = ap.parse_args(argv)
     from training.rundir import RunDir

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -176,3 +178,12 @@ def test_wait_gives_up_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith("vllm: 2 of 2 servers not ready after")
     assert not (tmp_path / "peers").exists()
+
+
+def test_wait_stops_when_a_step_has_exited(tmp_path: Path) -> None:
+    done = subprocess.Popen(["true"])
+    done.wait()  # reaped: its pid no longer exists
+    t0 = time.monotonic()
+    assert main(["wait", "--run-dir", str(tmp_path), "--port", str(free_port()), "--replicas", "1",
+                 "--timeout", "60", "--pid", str(done.pid), "127.0.0.1"]) == 1
+    assert time.monotonic() - t0 < 10
