@@ -97,7 +97,7 @@ FILLER_TOKENS = 2
 
 
 def _first_fit(items: list[tuple[int, Any]], fits: Any) -> list[list[Any]]:
-    """First-fit decreasing on (size, item) pairs; `fits(bin_items, bin_sizes, size)` decides."""
+    """First-fit decreasing on (size, item) pairs; `fits(sizes_in_bin, size)` says if it fits."""
     bins: list[list[Any]] = []
     sizes: list[list[int]] = []
     for n, item in sorted(items, key=lambda x: -x[0]):
