@@ -82,7 +82,7 @@ def synthetic_batches(run: RunDir) -> list[list[dict[str, torch.Tensor]]]:
                         [0.0] * n_p + [adv] * n_c,
                     )
                 )
-            mbs.append(collate(samples, pad_id=0))
+            mbs.append(collate([[s] for s in samples], pad_id=0))  # one document per row
         steps.append(mbs)
     return steps
 
