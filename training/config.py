@@ -70,6 +70,8 @@ class InferenceConfig:
     max_tokens: int = 8
     temperature: float = 1.0
     threads: int = 1
+    # Built-in engine: keep a KV cache across decode steps (false recomputes the whole prefix).
+    kv_cache: bool = True
 
 
 @dataclass
@@ -85,6 +87,8 @@ class OrchestratorConfig:
     eval_temperature: float = 0.0
     eval_at_end: bool = True
     threads: int = 1
+    # Completions cut off at max_tokens (finish_reason "length") get zero loss weight.
+    mask_truncated: bool = True
 
 
 @dataclass

@@ -15,7 +15,7 @@ import torch
 
 from training.common import parse_args, seed_all, set_threads
 from training.config import JobConfig
-from training.envs import Environment, load_environment
+from training.envs import Environment, load_environment, prompt_ids
 from training.fsutil import STABLE, is_committed, publish_dir
 from training.metrics import Metrics
 from training.model import create_tiny_model, load_model, load_tokenizer
@@ -37,13 +37,14 @@ def ensure_base_model(run: RunDir, cfg: JobConfig) -> Path:
 
 
 def demo_batch(env: Environment, tokenizer: object, tasks: list, device: str) -> tuple[torch.Tensor, ...]:
-    """Right-padded [bos] prompt answer stop; the loss mask covers the answer and stop only."""
+    """Right-padded [bos] prompt answer stop (no bos when the tokenizer has none); the loss mask
+    covers the answer and stop only."""
     rows, masks = [], []
     for t in tasks:
-        p = tokenizer.encode(t.prompt, add_special_tokens=False)  # type: ignore[attr-defined]
+        p = prompt_ids(tokenizer, t.prompt)
         a = tokenizer.encode(env.demonstration(t), add_special_tokens=False)  # type: ignore[attr-defined]
-        rows.append([tokenizer.bos_token_id, *p, *a])  # type: ignore[attr-defined]
-        masks.append([0] * (1 + len(p)) + [1] * len(a))
+        rows.append([*p, *a])
+        masks.append([0] * len(p) + [1] * len(a))
     width = max(len(r) for r in rows)
     pad = tokenizer.pad_token_id  # type: ignore[attr-defined]
     ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=device)

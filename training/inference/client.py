@@ -80,7 +80,13 @@ class OpenAICompatClient:
         ping()
 
     def complete(
-        self, prompts: list[list[int]], n: int, max_tokens: int, temperature: float, seed: int | None = None
+        self,
+        prompts: list[list[int]],
+        n: int,
+        max_tokens: int,
+        temperature: float,
+        seed: int | None = None,
+        stop: list[str] | None = None,
     ) -> list[list[Completion]]:
         """One request for all prompts; returns n completions per prompt, in prompt order."""
         body: dict[str, Any] = {
@@ -94,6 +100,8 @@ class OpenAICompatClient:
         }
         if seed is not None:
             body["seed"] = seed
+        if stop:
+            body["stop"] = list(stop)  # OpenAI `stop`: the environment's end-of-answer strings
         out = self._request("POST", "/v1/completions", body)
         choices = sorted(out["choices"], key=lambda c: c["index"])
         if len(choices) != len(prompts) * n:
