@@ -12,7 +12,7 @@ from training.fsutil import publish_dir
 from training.inference.client import OpenAICompatClient, ServerError
 from training.inference.engine import Engine
 from training.inference.server import InferenceServer
-from training.model import build_char_tokenizer, load_model, load_tokenizer, token_logprobs
+from training.model import load_model, load_tokenizer, token_logprobs
 
 
 @pytest.fixture
@@ -85,20 +85,10 @@ def test_stop_strings_cut_the_text_but_keep_the_tokens(server: InferenceServer) 
             client._request("POST", "/v1/completions", {"prompt": prompt, "stop": bad})
 
 
-def no_bos_tokenizer() -> PreTrainedTokenizerFast:
-    """The tiny model's vocabulary without a BOS token, like Qwen's tokenizers."""
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=build_char_tokenizer().backend_tokenizer,
-        eos_token="<eos>",
-        pad_token="<pad>",
-        unk_token="<unk>",
-    )
-    assert tok.bos_token_id is None
-    return tok
-
-
-def test_text_prompts_get_bos_only_when_the_tokenizer_has_one(tiny_model_dir: Path) -> None:
-    for tok, bos in ((load_tokenizer(tiny_model_dir), 1), (no_bos_tokenizer(), 0)):
+def test_text_prompts_get_bos_only_when_the_tokenizer_has_one(
+    tiny_model_dir: Path, no_bos_tokenizer: PreTrainedTokenizerFast
+) -> None:
+    for tok, bos in ((load_tokenizer(tiny_model_dir), 1), (no_bos_tokenizer, 0)):
         eng = Engine(load_model(tiny_model_dir), tok.pad_token_id, set(), 4)
         srv = InferenceServer(eng, tok, "tiny", "127.0.0.1", 0)
         srv.start()
