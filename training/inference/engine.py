@@ -81,6 +81,9 @@ class KVBatch:
     rows: list[Sequence]
     layers: Layers
     mask: torch.Tensor  # [B, T], long
+    # The transformers cache holding `layers`, reused by the next decode step as long as the rows
+    # stay the same (rebuilding it copies every layer).
+    cache: DynamicCache | None = None
 
     @property
     def width(self) -> int:
@@ -90,6 +93,8 @@ class KVBatch:
         """Only the rows `keep`, without the leading columns that are padding in all of them."""
         if not keep:
             return None
+        if keep == list(range(len(self.rows))) and bool(self.mask[:, :1].any()):
+            return self  # unchanged: the next step reuses the cache object
         idx = torch.tensor(keep, dtype=torch.long)
         mask = self.mask[idx]
         real = mask.any(0).nonzero()
@@ -341,11 +346,13 @@ class Engine:
             fresh = self._prefill(new)
             kv = fresh if kv is None else kv.merge(fresh)
         assert kv is not None
-        last = torch.tensor([[(r.prompt + r.tokens)[-1]] for r in kv.rows], dtype=torch.long)
+        last = torch.tensor([[r.tokens[-1] if r.tokens else r.prompt[-1]] for r in kv.rows], dtype=torch.long)
         attn = torch.cat([kv.mask, torch.ones((len(kv.rows), 1), dtype=torch.long)], dim=1)
         pos = kv.mask.sum(-1, keepdim=True)  # real tokens before the fed one
-        cache = DynamicCache(ddp_cache_data=kv.layers) if kv.layers else DynamicCache()
+        cache = kv.cache
+        if cache is None:
+            cache = DynamicCache(ddp_cache_data=kv.layers) if kv.layers else DynamicCache()
         logits = self._forward(last, attn, pos, cache).logits[:, -1].float().cpu()
-        self._kv = KVBatch(kv.rows, _layers(cache), attn)
+        self._kv = KVBatch(kv.rows, _layers(cache), attn, cache)
         row = {id(r): i for i, r in enumerate(kv.rows)}
         return logits[torch.tensor([row[id(s)] for s in seqs])]
