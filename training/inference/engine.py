@@ -327,9 +327,9 @@ class Engine:
     def _prefill(self, seqs: list[Sequence]) -> KVBatch:
         """A cache for sequences joining the batch: all their tokens but the last."""
         prefixes = [(s.prompt + s.tokens)[:-1] for s in seqs]
-        cache = DynamicCache()
-        if max(len(p) for p in prefixes) == 0:
+        if max(len(p) for p in prefixes) == 0:  # BOS-only prompts: nothing to cache yet
             return KVBatch(list(seqs), [], torch.zeros((len(seqs), 0), dtype=torch.long))
+        cache = DynamicCache()
         ids, attn, pos = self._left_padded(prefixes)
         self._forward(ids, attn, pos, cache)
         return KVBatch(list(seqs), _layers(cache), attn)
