@@ -1,8 +1,13 @@
-"""A run whose first attempt dies before the trainer's first checkpoint still completes on the
-real Slurm of the simulated cluster: the trainer node dies after rollouts and weights of step >= 1
-were committed (the orchestrator async_level steps ahead), `opsctl watch --remediate` requeues the
-run without that node, and the next attempt starts over at step 0 without tripping over what the
-dead one committed."""
+"""Attempts that end early still lead to a completed run, on the real Slurm of the simulated
+cluster.
+
+- The trainer node dies after rollouts and weights of step >= 1 were committed (the orchestrator
+  async_level steps ahead) but before the first checkpoint: `opsctl watch --remediate` requeues the
+  run without that node, and the next attempt starts over at step 0 without tripping over what the
+  dead one committed.
+- Slurm's pre-timeout SIGUSR1 (`--signal=B:USR1@...`, sent here with `scancel --batch`) arrives
+  during SFT: the batch script's trap stops SFT, requeues the job, and the next attempt redoes SFT.
+"""
 
 from __future__ import annotations
 
@@ -69,3 +74,34 @@ def test_killed_before_first_checkpoint_restarts_and_completes(launch_env: Launc
     failures = subprocess.run(["grep", "-rl", "FileExistsError", str(run / "logs")], capture_output=True,
                               text=True, check=False).stdout
     assert failures == ""
+
+
+def test_usr1_during_sft_requeues_and_the_run_completes(launch_env: LaunchEnv, tmp_path: Path) -> None:
+    run = launch_env.root / "runs" / "usr1-sft"
+    out = launch_env.launch(run, "-o", "trainer.steps=4", "-o", "sft.steps=150")
+    assert out.returncode == 0, out.stderr
+    log = tmp_path / "watch.jsonl"
+    watch = launch_env.watch(run, log=log)
+    try:
+        wait_for(lambda: (run / "attempts" / "0.json").exists(), 120, "attempt 0 to start")
+        job_id = json.loads((run / "attempts" / "0.json").read_text())["job_id"]
+        wait_for(lambda: (run / "metrics.jsonl").exists()
+                 and '"stage": "sft"' in (run / "metrics.jsonl").read_text(), 120, "SFT to train")
+        # What Slurm does signal_before_s ahead of the time limit: USR1 to the batch shell alone.
+        sent = subprocess.run(["scancel", "--batch", "--signal=USR1", str(job_id)], capture_output=True,
+                              text=True, env=launch_env.env, check=False)
+        assert sent.returncode == 0, sent.stderr
+        assert finish(watch, 300) == 0, log.read_text()[-3000:]
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+    led = load_ledger(run)
+    assert led.final_state == "COMPLETED" and led.job_ids == [job_id]
+    a0, a1 = led.attempts
+    assert (a0.job_id, a0.exit_code) == (job_id, 143)
+    assert (a1.job_id, a1.resume_step, a1.state, a1.exit_code) == (job_id, 0, "COMPLETED", 0)
+    # The first attempt was stopped in SFT, before publishing; the second ran SFT whole, then RL.
+    assert "SIGUSR1: stopped before SFT step" in (run / "logs" / "attempt-0" / "sft.log").read_text()
+    assert not (run / "logs" / "attempt-0" / "trainer-0.log").exists()
+    assert "SFT done" in (run / "logs" / "attempt-1" / "sft.log").read_text()
+    assert trainer_steps(run / "metrics.jsonl") == list(range(4))
