@@ -54,7 +54,7 @@ log = logging.getLogger("orchestrator")
 
 def inference_clients(run: RunDir, cfg: JobConfig, count: int) -> list[OpenAICompatClient]:
     urls = list(cfg.inference.urls) or [run.discover(f"inference-{i}")["url"] for i in range(count)]
-    return [OpenAICompatClient(u, update_weights_path=cfg.inference.update_weights_path) for u in urls]
+    return [OpenAICompatClient.from_config(u, cfg.inference) for u in urls]
 
 
 class Orchestrator:
