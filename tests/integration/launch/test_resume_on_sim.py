@@ -42,14 +42,14 @@ def test_killed_before_first_checkpoint_restarts_and_completes(launch_env: Launc
         wait_for(lambda: (run / "attempts" / "0.json").exists(), 120, "attempt 0 to start")
         victim = json.loads((run / "attempts" / "0.json").read_text())["nodes"][1]  # the trainer node
         wait_for(lambda: (run / "weights" / "step_1" / STABLE).is_file()
-                 and (run / "rollouts" / "step_2" / STABLE).is_file(), 240, "weights 1 and rollouts 2")
+                 and (run / "rollouts" / "step_2" / STABLE).is_file(), 420, "weights 1 and rollouts 2")
         kill_node(launch_env.sim, victim)
         left_rollouts = sorted(step_dirs(run / "rollouts"))
         left_weights = sorted(step_dirs(run / "weights"))
         # The premise: the dead attempt committed work past step 0 and no checkpoint.
         assert left_rollouts[-1] >= 2 and left_weights[-1] >= 1
         assert step_dirs(run / "checkpoints" / "trainer", COMMITTED) == {}
-        assert finish(watch, 300) == 0, log.read_text()[-3000:]
+        assert finish(watch, 420) == 0, log.read_text()[-3000:]
     finally:
         if watch.poll() is None:
             watch.kill()
@@ -91,7 +91,7 @@ def test_usr1_during_sft_requeues_and_the_run_completes(launch_env: LaunchEnv, t
         sent = subprocess.run(["scancel", "--batch", "--signal=USR1", str(job_id)], capture_output=True,
                               text=True, env=launch_env.env, check=False)
         assert sent.returncode == 0, sent.stderr
-        assert finish(watch, 300) == 0, log.read_text()[-3000:]
+        assert finish(watch, 420) == 0, log.read_text()[-3000:]
     finally:
         if watch.poll() is None:
             watch.kill()
