@@ -93,6 +93,9 @@ class OrchestratorConfig:
     async_level: int = 1
     max_off_policy_steps: int = 2
     micro_batch_tokens: int = 2048
+    # Samples are packed into rows of at most this many tokens (see docs/training.md, Batching):
+    # attention with a dense block-diagonal mask costs the square of the row width.
+    pack_row_tokens: int = 256
     normalize_adv_std: bool = False
     eval_size: int = 200
     eval_samples: int = 1
@@ -238,6 +241,7 @@ def validate(cfg: JobConfig) -> None:
         "inference.max_tokens": cfg.inference.max_tokens,
         "orchestrator.batch_groups": cfg.orchestrator.batch_groups,
         "orchestrator.micro_batch_tokens": cfg.orchestrator.micro_batch_tokens,
+        "orchestrator.pack_row_tokens": cfg.orchestrator.pack_row_tokens,
         "trainer.steps": cfg.trainer.steps,
         "trainer.world_size": cfg.trainer.world_size,
         "trainer.checkpoint_every": cfg.trainer.checkpoint_every,

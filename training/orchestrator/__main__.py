@@ -259,7 +259,7 @@ class Orchestrator:
 
     # -- batches --------------------------------------------------------------------------------
     def publish(self, step: int, groups: list[RolloutGroup]) -> int:
-        micro = pack(to_samples(groups), self.oc.micro_batch_tokens)
+        micro = pack(to_samples(groups), self.oc.micro_batch_tokens, self.oc.pack_row_tokens)
         ranks = shard(micro, self.cfg.trainer.world_size)
         loss_tokens = sum(len(r.completion) for g in groups for r in g.rollouts)
         pad = self.tok.pad_token_id
