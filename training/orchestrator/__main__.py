@@ -54,7 +54,7 @@ log = logging.getLogger("orchestrator")
 
 def inference_clients(run: RunDir, cfg: JobConfig, count: int) -> list[OpenAICompatClient]:
     urls = list(cfg.inference.urls) or [run.discover(f"inference-{i}")["url"] for i in range(count)]
-    return [OpenAICompatClient(u, update_weights_path=cfg.inference.update_weights_path) for u in urls]
+    return [OpenAICompatClient.from_config(u, cfg.inference) for u in urls]
 
 
 class Orchestrator:
@@ -130,6 +130,12 @@ class Orchestrator:
         self.step = self.taken = int(state["step"])
 
     # -- generation -----------------------------------------------------------------------------
+    @property
+    def stop_strings(self) -> list[str]:
+        """The environment's stop strings, then any extra ones from inference.stop."""
+        env = list(self.env.stop_sequences)
+        return env + [s for s in self.cfg.inference.stop if s not in env]
+
     def _prompt_ids(self, prompt: str) -> list[int]:
         return prompt_ids(self.tok, prompt)
 
@@ -148,7 +154,7 @@ class Orchestrator:
                 self.cfg.inference.max_tokens,
                 temperature,
                 seed + k,
-                stop=list(self.env.stop_sequences),
+                stop=self.stop_strings,
             )
             for k, (c, part) in enumerate(zip(self.clients, parts, strict=True))
             if part
@@ -263,7 +269,7 @@ class Orchestrator:
     # -- batches --------------------------------------------------------------------------------
     def publish(self, step: int, groups: list[RolloutGroup]) -> int:
         samples = to_samples(groups, self.oc.mask_truncated)
-        micro = pack(samples, self.oc.micro_batch_tokens)
+        micro = pack(samples, self.oc.micro_batch_tokens, self.oc.pack_row_tokens)
         ranks = shard(micro, self.cfg.trainer.world_size)
         loss_tokens = sum(sum(s.loss_mask) for s in samples)  # the loss is normalised over these
         pad = self.tok.pad_token_id
