@@ -62,9 +62,10 @@ def test_orchestrator_sends_env_stops_and_marks_truncated_rollouts(
             Parser(stop=stop),
             stop_sequences=(stop,),
         )
-        cfg = config_from_dict({"inference": {"max_tokens": 8}})
+        cfg = config_from_dict({"inference": {"max_tokens": 8, "stop": ["@@", stop]}})
         run = RunDir(tmp_path)
         orch = Orchestrator(run, cfg, [client], env, tok, Metrics(run, "orchestrator", port=None))
+        assert orch.stop_strings == [stop, "@@"]  # the environment's first, then inference.stop's
         try:
             results = orch.generate(list(range(len(prompts))), n=2, temperature=0.0, seed=1)
             groups = [orch.score(i, comps, 0) for i, comps in results]
