@@ -5,14 +5,14 @@ import importlib
 import json
 import sys
 
-for name in ["torch", "opsctl", "training", "training.model"]:
-    importlib.import_module(name)
-
 import torch
 from transformers import AutoModelForCausalLM
 
 from training.config import ModelConfig
 from training.model import build_char_tokenizer, tiny_config
+
+for name in ["torch", "opsctl", "training", "training.model"]:
+    importlib.import_module(name)
 
 tokenizer = build_char_tokenizer()
 torch.manual_seed(0)

@@ -60,10 +60,10 @@ def pip_config(conf: Path) -> dict[str, str]:
     """section.key -> value, read as pip reads its configuration files (a RawConfigParser)."""
     parser = configparser.RawConfigParser()
     parser.read(conf)
-    return {f"{section}.{key}": value for section in parser.sections() for key, value in parser.items(section)}
+    return {f"{sec}.{key}": value for sec in parser.sections() for key, value in parser.items(sec)}
 
 
-def test_the_virtualenv_installs_only_from_the_wheelhouse_on_the_share(rendered: Path, tmp_path: Path) -> None:
+def test_the_virtualenv_installs_only_from_the_wheelhouse_on_the_share(rendered: Path) -> None:
     conf = pip_config(rendered / "pip.conf")
     assert conf["global.no-index"] == "true"
     assert conf["global.find-links"] == "/shared/opsctl/wheelhouse"
