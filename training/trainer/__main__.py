@@ -28,9 +28,9 @@ from training.common import set_threads
 from training.config import JobConfig, load_config
 from training.fsutil import COMMITTED, STABLE, publish_dir, step_dirs, wait_for
 from training.metrics import Metrics
-from training.model import load_model, token_logprobs
+from training.model import load_model
 from training.rundir import RunDir
-from training.trainer.loss import rl_loss
+from training.trainer.step import accumulate
 
 log = logging.getLogger("trainer")
 
@@ -166,52 +166,32 @@ class Trainer:
     # -- one step -------------------------------------------------------------------------------
     def train_step(self, batch: dict[str, Any]) -> dict[str, float]:
         tc = self.cfg.trainer
-        total = int(batch["loss_tokens"])
-        scale = self.world if self.fsdp else 1  # FSDP averages gradients over ranks; we want the sum
-        loss_sum = torch.zeros((), device=self.device)
-        stats = torch.zeros(3, dtype=torch.float64)  # tokens, masked, kl
         self.opt.zero_grad(set_to_none=True)
-        n_tok = 0
-        for mb in batch["micro_batches"]:
-            mb = {k: v.to(self.device) for k, v in mb.items()}
-            lp = token_logprobs(
-                self.model, mb["input_ids"], mb["attention_mask"], self.cfg.inference.temperature
-            )
-            st = rl_loss(
-                lp,
-                mb["logprobs"],
-                mb["advantages"],
-                mb["loss_mask"],
-                total,
-                tc.mask_ratio_low,
-                tc.mask_ratio_high,
-            )
-            (st.loss_sum * scale).backward()
-            loss_sum += st.loss_sum.detach()
-            stats += torch.tensor([st.tokens, st.masked, st.mismatch_kl_sum], dtype=torch.float64)
-            n_tok += int(mb["attention_mask"].sum())
-        if self.world > 1:
-            if not self.fsdp:
-                for p in self.model.parameters():
-                    if p.grad is None:
-                        p.grad = torch.zeros_like(p)
-                    dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
-            dist.all_reduce(loss_sum, op=dist.ReduceOp.SUM)
-            red = stats.to(self.device)
-            dist.all_reduce(red, op=dist.ReduceOp.SUM)
-            stats = red.cpu()
+        st = accumulate(
+            self.model,
+            batch["micro_batches"],
+            int(batch["loss_tokens"]),
+            world=self.world,
+            fsdp=self.fsdp,
+            device=self.device,
+            temperature=self.cfg.inference.temperature,
+            ratio_low=tc.mask_ratio_low,
+            ratio_high=tc.mask_ratio_high,
+        )
         gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.max_grad_norm)
         self.opt.step()
         self.sched.step()
         self.step += 1
-        tokens, masked, kl = (float(x) for x in stats)
+        tokens = st.loss_tokens
         return {
-            "loss": float(loss_sum),
+            "loss": st.loss,
             "grad_norm": float(gnorm),
-            "mismatch_kl": kl / max(tokens, 1.0),
-            "masked_fraction": masked / max(tokens, 1.0),
+            "mismatch_kl": st.mismatch_kl_sum / max(tokens, 1.0),
+            "masked_fraction": st.masked / max(tokens, 1.0),
             "loss_tokens": tokens,
-            "rank_tokens": n_tok,
+            "rank_tokens": st.rank_tokens,
+            "padding_fraction": st.padding_fraction,
+            "micro_batches": st.micro_batches,
             "lr": float(self.sched.get_last_lr()[0]),
         }
 
