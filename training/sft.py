@@ -1,6 +1,10 @@
 """SFT stage: teach the answer format on a few task demonstrations; RL starts from its output.
 
 python -m training.sft --run-dir RUN_DIR
+
+SIGUSR1 (Slurm's warning before the time limit) stops SFT at the next step without publishing:
+sft/final appears whole or not at all, so the next attempt simply redoes SFT (seeded, same result).
+The process then exits with EXIT_STOPPED.
 """
 
 from __future__ import annotations
@@ -8,20 +12,34 @@ from __future__ import annotations
 import logging
 import math
 import random
+import signal
+import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from training.common import parse_args, seed_all, set_threads
 from training.config import JobConfig
-from training.envs import Environment, load_environment
+from training.envs import Environment, load_environment, prompt_ids
 from training.fsutil import STABLE, is_committed, publish_dir
 from training.metrics import Metrics
 from training.model import create_tiny_model, load_model, load_tokenizer
 from training.rundir import RunDir
 
 log = logging.getLogger("sft")
+
+EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped on request before finishing; running it again redoes SFT
+
+
+class SFTStopped(Exception):
+    """SFT was asked to stop (SIGUSR1) before its last step; nothing was published."""
+
+    def __init__(self, step: int, steps: int) -> None:
+        super().__init__(f"stopped before SFT step {step} of {steps}")
+        self.step, self.steps = step, steps
 
 
 def ensure_base_model(run: RunDir, cfg: JobConfig) -> Path:
@@ -37,13 +55,14 @@ def ensure_base_model(run: RunDir, cfg: JobConfig) -> Path:
 
 
 def demo_batch(env: Environment, tokenizer: object, tasks: list, device: str) -> tuple[torch.Tensor, ...]:
-    """Right-padded [bos] prompt answer stop; the loss mask covers the answer and stop only."""
+    """Right-padded [bos] prompt answer stop (no bos when the tokenizer has none); the loss mask
+    covers the answer and stop only."""
     rows, masks = [], []
     for t in tasks:
-        p = tokenizer.encode(t.prompt, add_special_tokens=False)  # type: ignore[attr-defined]
+        p = prompt_ids(tokenizer, t.prompt)
         a = tokenizer.encode(env.demonstration(t), add_special_tokens=False)  # type: ignore[attr-defined]
-        rows.append([tokenizer.bos_token_id, *p, *a])  # type: ignore[attr-defined]
-        masks.append([0] * (1 + len(p)) + [1] * len(a))
+        rows.append([*p, *a])
+        masks.append([0] * len(p) + [1] * len(a))
     width = max(len(r) for r in rows)
     pad = tokenizer.pad_token_id  # type: ignore[attr-defined]
     ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=device)
@@ -52,7 +71,38 @@ def demo_batch(env: Environment, tokenizer: object, tasks: list, device: str) ->
     return ids, attn, loss_mask
 
 
-def run_sft(run: RunDir, cfg: JobConfig) -> Path:
+@torch.no_grad()
+def sampled_accuracy(
+    model: Any, tokenizer: Any, env: Environment, tasks: list, temperature: float, max_tokens: int, seed: int
+) -> float:
+    """Mean reward of one completion per task, sampled the way inference will (temperature, token
+    budget; greedy at 0), from its own generator so SFT's random state is untouched. A plain
+    left-padded decode loop: the budget is a few tokens, so no cache is worth it."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    prompts = [prompt_ids(tokenizer, t.prompt) for t in tasks]
+    width = max(len(p) for p in prompts)
+    pad = tokenizer.pad_token_id
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)
+    attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    for _ in range(max_tokens):
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits[:, -1].float()
+        if temperature > 0:
+            nxt = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=gen)
+        else:
+            nxt = logits.argmax(-1, keepdim=True)
+        ids = torch.cat([ids, nxt], dim=1)
+        attn = torch.cat([attn, torch.ones_like(nxt)], dim=1)
+    texts = tokenizer.batch_decode(ids[:, width:].tolist(), skip_special_tokens=True)
+    model.train(was_training)
+    scores = [env.rubric.score(text, task, env.parser)[0] for text, task in zip(texts, tasks, strict=True)]
+    return sum(scores) / len(scores)
+
+
+def run_sft(run: RunDir, cfg: JobConfig, stop: threading.Event | None = None) -> Path:
     if not cfg.sft.enabled:
         return ensure_base_model(run, cfg)
     if is_committed(run.sft_final):
@@ -77,7 +127,14 @@ def run_sft(run: RunDir, cfg: JobConfig) -> Path:
     metrics = Metrics(run, "sft", port=None)
     model.train()
     order: list = []
+    # Problems for the accuracy target: training problems only (the held-out split stays unseen).
+    pool = list(env.dataset)
+    check_tasks = random.Random(cfg.seed + 1).sample(pool, min(cfg.sft.check_size, len(pool)))
+    steps_done, reached = cfg.sft.steps, None
     for step in range(cfg.sft.steps):
+        if stop is not None and stop.is_set():
+            metrics.close()
+            raise SFTStopped(step, cfg.sft.steps)
         t0 = time.perf_counter()
         if len(order) < cfg.sft.batch_size:
             extra = list(demos)
@@ -104,13 +161,31 @@ def run_sft(run: RunDir, cfg: JobConfig) -> Path:
                     "step_time": round(time.perf_counter() - t0, 4),
                 }
             )
+        if cfg.sft.target_accuracy > 0 and (step + 1) % cfg.sft.check_every == 0:
+            acc = sampled_accuracy(
+                model,
+                tokenizer,
+                env,
+                check_tasks,
+                cfg.inference.temperature,
+                cfg.inference.max_tokens,
+                cfg.seed + step,
+            )
+            metrics.log({"stage": "sft", "step": step, "train_accuracy": round(acc, 4)})
+            if acc >= cfg.sft.target_accuracy:
+                steps_done, reached = step + 1, acc
+                log.info("SFT reached sampled train accuracy %.3f at step %d; stopping", acc, step + 1)
+                break
     model.eval()
 
     def fill(tmp: Path) -> None:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
 
-    publish_dir(run.sft_final, fill, STABLE, {"steps": cfg.sft.steps, "demos": len(demos)})
+    info: dict[str, Any] = {"steps": steps_done, "demos": len(demos)}
+    if reached is not None:
+        info["train_accuracy"] = round(reached, 4)
+    publish_dir(run.sft_final, fill, STABLE, info)
     metrics.close()
     log.info("SFT done: %s", run.sft_final)
     return run.sft_final
@@ -118,7 +193,13 @@ def run_sft(run: RunDir, cfg: JobConfig) -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     run, cfg = parse_args("training.sft", argv)
-    run_sft(run, cfg)
+    stop = threading.Event()
+    signal.signal(signal.SIGUSR1, lambda *_: stop.set())
+    try:
+        run_sft(run, cfg, stop)
+    except SFTStopped as exc:
+        log.warning("SIGUSR1: %s; exiting without a checkpoint, the next attempt redoes SFT", exc)
+        sys.exit(EXIT_STOPPED)
 
 
 if __name__ == "__main__":
