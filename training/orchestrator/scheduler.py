@@ -5,10 +5,11 @@ Two schedules share one buffer of scored groups, from which the orchestrator tak
 
 - continuous: every group is its own request. Each server holds at most `per_server` live groups
   and gets a new one as soon as one finishes, so a long completion holds back only its own group,
-  not a whole batch. When a weight update (or a taken batch) means a live group can only land in
-  a batch more than `max_off_policy_steps` after the policy it was requested with, it is
-  cancelled: its request is abandoned (no longer waited for, its result discarded), its slot is
-  refilled and its task goes back to the sampler.
+  not a whole batch. When a live group can only land in a batch more than `max_off_policy_steps`
+  after the policy it was requested with, it is cancelled: its request is abandoned (no longer
+  waited for, its result discarded), its slot is refilled and its task goes back to the sampler.
+  That is checked whenever the earliest batch it can land in moves: at a weight update (policy V
+  means batches before V are taken), when a batch is taken and when a group is buffered.
 - batch: one request per server per batch, waiting for the slowest completion (the schedule
   before continuous scheduling). Deterministic: task draws, seeds and the engine's batches do not
   depend on timing, which bitwise-exact resume at async_level=0 needs.
@@ -111,6 +112,7 @@ class RolloutScheduler:
         self.done = False
         self.error: BaseException | None = None
         self._seq = 0
+        self._held = 0  # fresh groups take_batch has popped while it waits for the rest
         self._wave: list[int] = []  # batch schedule: the tasks of the batch in flight, in draw order
         # HTTP requests not yet returned per server, abandoned ones included (the server still works
         # on them), and since when each server has had none.
@@ -165,8 +167,9 @@ class RolloutScheduler:
                     dropped += 1
                 else:
                     used.append(g)
+                    self._held = len(used)  # still counted as issued while this waits for more
             self.stats.dropped += dropped
-            self.taken = step + 1
+            self.taken, self._held = step + 1, 0
             self._cancel_stale()
             self.cv.notify_all()
         return used, [off_policy_lag(step, g) for g in used], dropped
@@ -174,18 +177,21 @@ class RolloutScheduler:
     # -- admission --------------------------------------------------------------------------------
     def _next_target(self) -> int | None:
         """The batch a new group would land in, if one may be requested now (cv held)."""
-        issued = len(self.buffer) + sum(len(t.tasks) for t in self.live.values())
+        issued = self._held + len(self.buffer) + sum(len(t.tasks) for t in self.live.values())
         target = self.taken + issued // self.batch_groups
         if issued >= (self.async_level + 1) * self.batch_groups:
             return None
-        return target if self.version >= target - self.async_level else None
+        # Continuous: never request a group that is bound to be too stale for its batch (it would
+        # only be cancelled or dropped, and its task requested again at once).
+        ahead = min(self.async_level, self.max_off_policy_steps) if self.continuous else self.async_level
+        return target if self.version >= target - ahead else None
 
     def _cancel_stale(self) -> None:
         """Cancel live groups that can only land in a batch too far ahead of their policy (cv held).
         A group finishing now joins the end of the buffer, so its earliest batch is known."""
         if not self.continuous:
             return
-        earliest = self._landing_batch()
+        earliest = max(self._landing_batch(), self.version)
         for t in list(self.live.values()):
             if earliest - t.start_version > self.max_off_policy_steps:
                 t.cancelled = True
@@ -196,7 +202,7 @@ class RolloutScheduler:
     def _landing_batch(self) -> int:
         """The earliest batch a group finishing now can land in: the buffer is consumed in order and
         its stale groups are dropped on the way, as take_batch will (cv held)."""
-        batch, fresh = self.taken, 0
+        batch, fresh = self.taken, self._held
         for g in self.buffer:
             if off_policy_lag(batch, g) <= self.max_off_policy_steps:
                 fresh += 1
@@ -283,6 +289,7 @@ class RolloutScheduler:
                 return  # abandoned at a weight update: its task was already handed back
             del self.live[ticket.seq]
             self._accept(groups, ticket)
+            self._cancel_stale()
             self.cv.notify_all()
 
     def _score(self, ticket: Ticket, comps: list[list[Completion]]) -> list[RolloutGroup]:
