@@ -32,7 +32,7 @@ def test_bad_arguments_and_scheduling_config() -> None:
     with pytest.raises(ValueError, match="long_tail"):
         load_environment("long_tail", short_max=20, long_min=16)
     assert load_config(overrides=["orchestrator.scheduling=batch"]).orchestrator.scheduling == "batch"
-    with pytest.raises(ConfigError, match="orchestrator.scheduling"):
+    with pytest.raises(ConfigError, match=r"orchestrator\.scheduling"):
         load_config(overrides=["orchestrator.scheduling=eager"])
     with pytest.raises(ConfigError, match="max_inflight_groups"):
         load_config(overrides=["orchestrator.max_inflight_groups=-1"])
