@@ -252,3 +252,21 @@ def test_batch_schedule_waits_for_the_slowest_and_keeps_draw_order(
     assert [g.task_index for g in groups] == order
     sched.stop()
     th.join(10)
+
+
+def test_batch_schedule_drops_stale_groups_and_requeues_their_tasks(
+    clients: list[OpenAICompatClient], weights: Callable[[int], str]
+) -> None:
+    # async_level=2 lets policy 0 generate batches 0-2, but batch 2 accepts lag <= 1 only.
+    h = Harness(clients, varied)
+    sched, th = make(h, continuous=False, async_level=2, max_off_policy_steps=1)
+    sched.take_batch(0)
+    sched.take_batch(1)
+    wait_for(lambda: len(sched.buffer) == 4)
+    stale = [g.task_index for g in sched.buffer]
+    push(sched, h, weights, 1)
+    groups, lags, dropped = sched.take_batch(2)
+    assert dropped == 4 == sched.stats.dropped
+    assert sorted(g.task_index for g in groups) == sorted(stale) and lags == [1] * 4  # redone on policy 1
+    sched.stop()
+    th.join(10)
