@@ -7,7 +7,8 @@ Two schedules share one buffer of scored groups, from which the orchestrator tak
   and gets a new one as soon as one finishes, so a long completion holds back only its own group,
   not a whole batch. When a live group can only land in a batch more than `max_off_policy_steps`
   after the policy it was requested with, it is cancelled: its request is abandoned (no longer
-  waited for, its result discarded), its slot is refilled and its task goes back to the sampler.
+  waited for, its result discarded) and its task goes back to the sampler. Its slot is refilled
+  when the request returns: neither the client nor the built-in server can abort a request.
   That is checked whenever the earliest batch it can land in moves: at a weight update (policy V
   means batches before V are taken), when a batch is taken and when a group is buffered.
 - batch: one request per server per batch, waiting for the slowest completion (the schedule
@@ -255,9 +256,8 @@ class RolloutScheduler:
                 while True:
                     if self.done or self.error:
                         return
-                    load = [0] * self.servers
-                    for t in self.live.values():
-                        load[t.server] += 1
+                    # Abandoned requests count too: the server is still generating them.
+                    load = self._outstanding
                     server = load.index(min(load))
                     target = self._next_target() if load[server] < self.per_server else None
                     if target is not None:
