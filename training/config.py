@@ -70,6 +70,20 @@ class InferenceConfig:
     max_tokens: int = 8
     temperature: float = 1.0
     threads: int = 1
+    # The "model" of every completion request; vLLM started by `opsctl launch` serves under this name.
+    served_model_name: str = "policy"
+    # Stop strings sent with every completion request (vLLM ends a completion at the first one; the
+    # built-in server ends completions at EOS and newline by itself).
+    stop: list[str] = field(default_factory=list)
+    # vllm backend with inference.urls empty: `opsctl launch` starts vLLM on the inference nodes.
+    # Each replica spans tensor_parallel_size GPUs of one node; a node with G GPUs runs
+    # G / tensor_parallel_size replicas, replica r on port vllm_port + r.
+    tensor_parallel_size: int = 8
+    vllm_port: int = 8000
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int = 0  # 0: the model's own context length
+    vllm_args: list[str] = field(default_factory=list)  # appended to the vLLM command line as given
+    ready_timeout_s: float = 1800.0  # how long the job waits for every replica's GET /health
 
 
 @dataclass
@@ -79,6 +93,9 @@ class OrchestratorConfig:
     async_level: int = 1
     max_off_policy_steps: int = 2
     micro_batch_tokens: int = 2048
+    # Samples are packed into rows of at most this many tokens (see docs/training.md, Batching):
+    # attention with a dense block-diagonal mask costs the square of the row width.
+    pack_row_tokens: int = 256
     normalize_adv_std: bool = False
     eval_size: int = 200
     eval_samples: int = 1
@@ -237,6 +254,7 @@ def validate(cfg: JobConfig) -> None:
         "inference.max_tokens": cfg.inference.max_tokens,
         "orchestrator.batch_groups": cfg.orchestrator.batch_groups,
         "orchestrator.micro_batch_tokens": cfg.orchestrator.micro_batch_tokens,
+        "orchestrator.pack_row_tokens": cfg.orchestrator.pack_row_tokens,
         "trainer.steps": cfg.trainer.steps,
         "trainer.world_size": cfg.trainer.world_size,
         "trainer.checkpoint_every": cfg.trainer.checkpoint_every,
@@ -279,8 +297,20 @@ def validate(cfg: JobConfig) -> None:
         raise ConfigError("inference.port/metrics.port: must be in 0..65535")
     if cfg.inference.backend == "vllm" and not cfg.model.path:
         raise ConfigError("model.path: the vllm backend needs a checkpoint directory it can load")
-    if cfg.inference.backend == "vllm" and not cfg.inference.urls:
-        raise ConfigError("inference.urls: the vllm backend needs the servers' base URLs")
+    # vllm with inference.urls empty: `opsctl launch` starts the servers and announces them in peers/.
+    ic = cfg.inference
+    if ic.tensor_parallel_size < 1:
+        raise ConfigError("inference.tensor_parallel_size: must be >= 1")
+    if not 1 <= ic.vllm_port <= 65535 - 64:
+        raise ConfigError(f"inference.vllm_port: must be in 1..{65535 - 64}, got {ic.vllm_port}")
+    if not 0 < ic.gpu_memory_utilization <= 1:
+        raise ConfigError("inference.gpu_memory_utilization: must be in (0, 1]")
+    if ic.max_model_len < 0 or ic.ready_timeout_s <= 0:
+        raise ConfigError("inference.max_model_len/ready_timeout_s: must be >= 0 / > 0")
+    if not ic.served_model_name or any(c.isspace() for c in ic.served_model_name):
+        raise ConfigError(f"inference.served_model_name: {ic.served_model_name!r} is empty or has spaces")
+    if any(not s for s in ic.stop):
+        raise ConfigError("inference.stop: stop strings must not be empty")
     # Late import keeps this module free of the environments' dependencies at import time.
     from training.envs import REGISTRY
 

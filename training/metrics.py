@@ -16,6 +16,11 @@ from training.fsutil import COMMITTED, step_dirs
 from training.rundir import RunDir
 
 LAG_BUCKETS = (0, 1, 2, 3, 4, 6, 8, 16)
+# Help text of gauges set through `Metrics.log` (others use their name).
+GAUGE_HELP = {
+    "padding_fraction": "Pad tokens / all tokens in the step's micro-batches on all ranks, fillers included",
+    "micro_batches": "Micro-batches each trainer rank ran in the step (equal on every rank)",
+}
 
 
 class CheckpointCollector:
@@ -70,7 +75,10 @@ class Metrics:
         g = self._gauges.get(name)
         if g is None:
             g = self._gauges[name] = Gauge(
-                f"opsctl_train_{name}", doc or name, ["component"], registry=self.registry
+                f"opsctl_train_{name}",
+                doc or GAUGE_HELP.get(name, name),
+                ["component"],
+                registry=self.registry,
             )
         g.labels(self.component).set(value)
 

@@ -95,3 +95,35 @@ def token_logprobs(
         logits = logits / temperature
     lp = torch.log_softmax(logits, dim=-1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)
     return torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
+
+
+def packed_attention_mask(doc_ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Additive [B, 1, T, T] mask for packed rows: block-diagonal causal, so a token attends only
+    to earlier tokens of its own document. Padding (doc id -1) attends to earlier padding only,
+    which keeps every softmax row non-empty (no NaN) while no real token ever sees it."""
+    t = doc_ids.shape[-1]
+    causal = torch.ones(t, t, dtype=torch.bool, device=doc_ids.device).tril()
+    allowed = (doc_ids[:, :, None] == doc_ids[:, None, :]) & causal
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=doc_ids.device)
+    return mask.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
+
+
+def packed_token_logprobs(
+    model: Any,
+    input_ids: torch.Tensor,
+    position_ids: torch.Tensor,
+    doc_ids: torch.Tensor,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """`token_logprobs` for packed rows (several documents per row, see orchestrator.batch.collate):
+    each document is scored as if it ran alone; its first token and padding get 0. Shape [B, T]."""
+    dtype = next(model.parameters()).dtype
+    mask = packed_attention_mask(doc_ids, dtype)
+    logits = model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids).logits
+    logits = logits[:, :-1].float()
+    if temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    lp = torch.log_softmax(logits, dim=-1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+    lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
+    # A document's first token is predicted from the previous document: not its own log-prob.
+    return lp.masked_fill(position_ids == 0, 0.0)

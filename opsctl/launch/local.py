@@ -47,6 +47,9 @@ def prepare(
         cfg = tconfig.load_config(config, overrides)
     except tconfig.ConfigError as exc:
         raise ConfigError(str(exc)) from None
+    if cfg.inference.backend == "vllm" and not cfg.inference.urls:
+        # Only `opsctl launch` on Slurm starts vLLM; locally the servers must already be running.
+        raise ConfigError("inference.urls: --local does not start vLLM; give the running servers' base URLs")
     if not cfg.run_id:
         cfg.run_id = new_run_id()
     run = RunDir(Path(output) if output else Path("runs") / cfg.run_id)

@@ -3,10 +3,27 @@
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 TEMPLATES = Path(__file__).parent / "templates"
+
+
+@dataclass
+class VllmParams:
+    """vLLM on the inference nodes: replicas_per_node replicas of tensor_parallel_size GPUs each."""
+
+    model: str  # checkpoint directory vLLM loads (the run's SFT output, or model.path)
+    served_model_name: str
+    tensor_parallel_size: int
+    replicas_per_node: int
+    port: int  # replica r of a node listens on port + r
+    dtype: str
+    gpu_memory_utilization: float
+    max_model_len: int  # 0: not passed (the model's own)
+    update_weights_path: str
+    ready_timeout_s: int
+    extra_args: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -30,6 +47,7 @@ class ScriptParams:
     ib_hcas: str = ""  # comma-separated; empty: discover at job start
     ib_sysfs: str = "/sys/class/infiniband"
     nccl_socket_ifname: str = ""
+    vllm: VllmParams | None = None  # None: the built-in inference server
 
 
 def render_script(params: ScriptParams) -> str:

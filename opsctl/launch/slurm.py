@@ -20,7 +20,7 @@ from typing import Any
 from opsctl.errors import EXIT_UNKNOWN, ConfigError, OpsctlError, Refused, Unreachable, UsageError
 from opsctl.launch.ledger import Ledger
 from opsctl.launch.quarantine import Quarantine
-from opsctl.launch.render import ScriptParams, render_script
+from opsctl.launch.render import ScriptParams, VllmParams, render_script
 from opsctl.launch.settings import LaunchSection
 from opsctl.model import Node
 from opsctl.nodeset import fold
@@ -167,6 +167,7 @@ def plan_layout(
         ib_sysfs=_check_safe("launch.ib_sysfs", settings.ib_sysfs),
         nccl_socket_ifname=(_check_safe("launch.nccl_socket_ifname", settings.nccl_socket_ifname)
                             if settings.nccl_socket_ifname else ""),
+        vllm=vllm_params(settings, job_config, run_dir),
     )
     return LaunchPlan(
         run_id=run_id,
@@ -179,6 +180,32 @@ def plan_layout(
         script=render_script(params),
         settings=settings,
         config_text=dump_toml(job_config),
+    )
+
+
+def vllm_params(settings: LaunchSection, job_config: Any, run_dir: Path) -> VllmParams | None:
+    """The vLLM servers the job starts: for inference.backend = "vllm" without inference.urls."""
+    ic = job_config.inference
+    if ic.backend != "vllm" or ic.urls:
+        return None  # the built-in server, or external servers the orchestrator is pointed at
+    tp = ic.tensor_parallel_size
+    if settings.gpus_per_node % tp:
+        raise ConfigError(f"inference.tensor_parallel_size: {tp} does not divide the "
+                          f"{settings.gpus_per_node} GPUs of a node ([launch] gpus_per_node)")
+    from training.rundir import RunDir
+
+    return VllmParams(
+        model=_check_safe("vLLM model directory", str(RunDir(run_dir).initial_model(job_config))),
+        served_model_name=_check_safe("inference.served_model_name", ic.served_model_name),
+        tensor_parallel_size=tp,
+        replicas_per_node=settings.gpus_per_node // tp,
+        port=ic.vllm_port,
+        dtype=job_config.model.dtype,
+        gpu_memory_utilization=ic.gpu_memory_utilization,
+        max_model_len=ic.max_model_len,
+        update_weights_path=_check_safe("inference.update_weights_path", ic.update_weights_path),
+        ready_timeout_s=round(ic.ready_timeout_s),
+        extra_args=list(ic.vllm_args),
     )
 
 

@@ -1,9 +1,20 @@
 """Client for OpenAI-compatible completion servers: vLLM on GPUs, the built-in server on CPU.
 
-It asks for per-token logprobs and token ids (`return_tokens_as_token_ids`, a vLLM extension) so the
-trainer sees exactly the tokens that were sampled, and reloads weights through the server's
-weight-update endpoint (`/update_weights` with the committed weight directory, as prime-rl's vLLM
-worker extension does; the path is configurable).
+It speaks vLLM's documented `/v1/completions` API
+(https://docs.vllm.ai/en/stable/serving/openai_compatible_server.html#completions-api): token-id
+prompts, `n`, `max_tokens`, `temperature`, `seed`, `stop`, and `logprobs: 0` with vLLM's
+`return_tokens_as_token_ids`, so each choice's `logprobs.tokens` come back as "token_id:<id>" and
+the trainer sees exactly the sampled tokens with their `logprobs.token_logprobs`. With
+`--logprobs-mode processed_logprobs` (set by `opsctl launch`) those log-probs are taken after
+temperature, as the trainer recomputes them.
+
+Sampling is pinned to plain temperature sampling (`top_p = 1`, `top_k = -1`,
+`repetition_penalty = 1`): otherwise vLLM fills unset fields from the model's
+generation_config.json, and the server's log-probs would no longer be those of softmax(logits / T).
+
+Weights reload through the server's weight-update endpoint (`POST /update_weights` with a
+committed weight directory; training/inference/vllm_ext.py adds it to vLLM). Every failure is one
+`ServerError` whose message names the request, the HTTP status and the server's own message.
 """
 
 from __future__ import annotations
@@ -15,11 +26,13 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
-
 
 class ServerError(RuntimeError):
-    pass
+    """A failed request; `status` is the HTTP status, None when the server could not be reached."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass
@@ -32,10 +45,29 @@ class Completion:
     versions: tuple[int, int] | None
 
 
-def _parse_token(tok: str) -> int:
-    if not tok.startswith("token_id:"):
+def _parse_token(tok: Any) -> int:
+    if not isinstance(tok, str) or not tok.startswith("token_id:"):
         raise ServerError(f"expected token ids (return_tokens_as_token_ids), got {tok!r}")
-    return int(tok.split(":", 1)[1])
+    try:
+        return int(tok.split(":", 1)[1])
+    except ValueError:
+        raise ServerError(f"malformed token id {tok!r}") from None
+
+
+def error_message(raw: bytes) -> str:
+    """The message of an error body: vLLM's {"error": {"message", "type", "code"}}, its older flat
+    {"object": "error", "message", "type", "code"}, or the raw text."""
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return raw.decode(errors="replace").strip()[:300] or "(empty body)"
+    err = body.get("error") if isinstance(body, dict) else None
+    if isinstance(err, str):
+        return err[:300]
+    info = err if isinstance(err, dict) else body if isinstance(body, dict) else {}
+    msg = str(info.get("message") or info.get("detail") or json.dumps(body)[:300])
+    kind = info.get("type")
+    return f"{kind}: {msg}" if kind else msg
 
 
 class OpenAICompatClient:
@@ -45,42 +77,72 @@ class OpenAICompatClient:
         model: str = "policy",
         update_weights_path: str = "/update_weights",
         timeout: float = 600.0,
+        stop: list[str] | tuple[str, ...] = (),
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.update_weights_path = update_weights_path
         self.timeout = timeout
+        self.stop = list(stop)
+
+    @classmethod
+    def from_config(cls, base_url: str, inference: Any) -> OpenAICompatClient:
+        """A client for one server of the job's [inference] section (training.config.InferenceConfig)."""
+        return cls(
+            base_url,
+            model=inference.served_model_name,
+            update_weights_path=inference.update_weights_path,
+            stop=inference.stop,
+        )
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(
             self.base_url + path, data=data, method=method, headers={"Content-Type": "application/json"}
         )
+        where = f"{method} {self.base_url}{path}"
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return json.loads(resp.read() or b"null")
+                raw = resp.read()
         except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")[:500]
-            raise ServerError(f"{method} {path}: HTTP {exc.code}: {detail}") from None
+            raise ServerError(f"{where}: HTTP {exc.code}: {error_message(exc.read())}", exc.code) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ServerError(f"{where}: unreachable: {reason}") from None
+        if not raw.strip():
+            return None  # vLLM answers GET /health with an empty 200
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError:
+            raise ServerError(f"{where}: response is not JSON: {raw[:200]!r}") from None
 
     def health(self) -> dict[str, Any]:
         return dict(self._request("GET", "/health") or {})
 
     def wait_ready(self, timeout: float = 300.0) -> None:
-        @retry(
-            stop=stop_after_delay(timeout),
-            wait=wait_exponential(multiplier=0.05, max=1.0),
-            retry=retry_if_exception_type((urllib.error.URLError, ConnectionError, OSError)),
-            reraise=True,
-        )
-        def ping() -> None:
-            # vLLM answers /health with an empty 200; the built-in server with a JSON status.
-            self._request("GET", "/health")
-
-        ping()
+        """Poll GET /health until it answers 200; unreachable or 5xx (loading) is retried."""
+        deadline = time.monotonic() + timeout
+        delay = 0.05
+        while True:
+            try:
+                self._request("GET", "/health")
+                return
+            except ServerError as exc:
+                if exc.status is not None and exc.status < 500:
+                    raise
+                if time.monotonic() + delay > deadline:
+                    raise ServerError(f"{self.base_url} not ready after {timeout:g}s: {exc}") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
     def complete(
-        self, prompts: list[list[int]], n: int, max_tokens: int, temperature: float, seed: int | None = None
+        self,
+        prompts: list[list[int]],
+        n: int,
+        max_tokens: int,
+        temperature: float,
+        seed: int | None = None,
+        stop: list[str] | None = None,
     ) -> list[list[Completion]]:
         """One request for all prompts; returns n completions per prompt, in prompt order."""
         body: dict[str, Any] = {
@@ -89,33 +151,46 @@ class OpenAICompatClient:
             "n": n,
             "max_tokens": max_tokens,
             "temperature": temperature,
+            "top_p": 1.0,
+            "top_k": -1,
+            "repetition_penalty": 1.0,
             "logprobs": 0,
             "return_tokens_as_token_ids": True,
         }
+        stops = self.stop if stop is None else stop
+        if stops:
+            body["stop"] = list(stops)
         if seed is not None:
             body["seed"] = seed
         out = self._request("POST", "/v1/completions", body)
+        where = f"POST {self.base_url}/v1/completions"
+        if not isinstance(out, dict) or not isinstance(out.get("choices"), list):
+            raise ServerError(f"{where}: no choices in the response")
         choices = sorted(out["choices"], key=lambda c: c["index"])
-        if len(choices) != len(prompts) * n:
-            raise ServerError(f"expected {len(prompts) * n} choices, got {len(choices)}")
-        comps = []
-        for c in choices:
-            lp = c.get("logprobs") or {}
-            toks = [_parse_token(t) for t in lp.get("tokens", [])]
-            lps = [float(x) for x in lp.get("token_logprobs", [])]
-            if len(toks) != len(lps):
-                raise ServerError("tokens and token_logprobs differ in length")
-            pv = c.get("policy_version")
-            comps.append(
-                Completion(
-                    toks,
-                    lps,
-                    c.get("text", ""),
-                    c.get("finish_reason") or "length",
-                    (int(pv[0]), int(pv[1])) if pv else None,
-                )
-            )
+        if [c["index"] for c in choices] != list(range(len(prompts) * n)):
+            raise ServerError(f"{where}: expected choices 0..{len(prompts) * n - 1}, got {len(choices)}")
+        comps = [self._completion(c, where) for c in choices]
         return [comps[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+    @staticmethod
+    def _completion(choice: dict[str, Any], where: str) -> Completion:
+        lp = choice.get("logprobs")
+        if not isinstance(lp, dict):
+            raise ServerError(f"{where}: choice {choice['index']} has no logprobs")
+        toks = [_parse_token(t) for t in lp.get("tokens") or []]
+        raw_lps = lp.get("token_logprobs") or []
+        if len(toks) != len(raw_lps):
+            raise ServerError(f"{where}: tokens and token_logprobs differ in length")
+        if any(not isinstance(x, int | float) for x in raw_lps):
+            raise ServerError(f"{where}: choice {choice['index']} has a token without a log-prob")
+        pv = choice.get("policy_version")  # the built-in server's; vLLM reports none
+        return Completion(
+            toks,
+            [float(x) for x in raw_lps],
+            choice.get("text", ""),
+            choice.get("finish_reason") or "length",
+            (int(pv[0]), int(pv[1])) if pv else None,
+        )
 
     def update_weights(self, weight_dir: str, version: int) -> float:
         t0 = time.perf_counter()

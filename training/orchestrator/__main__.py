@@ -55,7 +55,7 @@ log = logging.getLogger("orchestrator")
 
 def inference_clients(run: RunDir, cfg: JobConfig, count: int) -> list[OpenAICompatClient]:
     urls = list(cfg.inference.urls) or [run.discover(f"inference-{i}")["url"] for i in range(count)]
-    return [OpenAICompatClient(u, update_weights_path=cfg.inference.update_weights_path) for u in urls]
+    return [OpenAICompatClient.from_config(u, cfg.inference) for u in urls]
 
 
 class Orchestrator:
@@ -239,7 +239,7 @@ class Orchestrator:
 
     # -- batches --------------------------------------------------------------------------------
     def publish(self, step: int, groups: list[RolloutGroup]) -> int:
-        micro = pack(to_samples(groups), self.oc.micro_batch_tokens)
+        micro = pack(to_samples(groups), self.oc.micro_batch_tokens, self.oc.pack_row_tokens)
         ranks = shard(micro, self.cfg.trainer.world_size)
         loss_tokens = sum(len(r.completion) for g in groups for r in g.rollouts)
         pad = self.tok.pad_token_id

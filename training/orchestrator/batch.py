@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import random
 import statistics
 from dataclasses import dataclass, field
@@ -84,43 +85,114 @@ def to_samples(groups: list[RolloutGroup]) -> list[Sample]:
     return out
 
 
-def pack(samples: list[Sample], micro_batch_tokens: int) -> list[list[Sample]]:
-    """First-fit decreasing into micro-batches whose padded size (rows x longest) fits the budget."""
-    bins: list[list[Sample]] = []
-    for s in sorted(samples, key=lambda s: -len(s.input_ids)):
-        for b in bins:
-            width = max(len(b[0].input_ids), len(s.input_ids))
-            if (len(b) + 1) * width <= micro_batch_tokens:
-                b.append(s)
+# A row is one sequence of the model's input: several samples (documents) packed end to end,
+# each with its own positions and attending only to itself. A micro-batch is a list of rows, all
+# padded to the widest; the empty micro-batch is a filler (see `shard`).
+Row = list[Sample]
+MicroBatch = list[Row]
+
+# Width of a filler micro-batch: two pad tokens, so the forward has one next-token prediction and
+# the backward reaches every parameter (zero gradient) and runs every collective.
+FILLER_TOKENS = 2
+
+
+def _first_fit(items: list[tuple[int, Any]], fits: Any) -> list[list[Any]]:
+    """First-fit decreasing on (size, item) pairs; `fits(sizes_in_bin, size)` says if it fits."""
+    bins: list[list[Any]] = []
+    sizes: list[list[int]] = []
+    for n, item in sorted(items, key=lambda x: -x[0]):
+        for b, bs in zip(bins, sizes, strict=True):
+            if fits(bs, n):
+                b.append(item)
+                bs.append(n)
                 break
         else:
-            bins.append([s])
+            bins.append([item])
+            sizes.append([n])
     return bins
 
 
-def collate(mb: list[Sample], pad_id: int) -> dict[str, torch.Tensor]:
-    width = max(len(s.input_ids) for s in mb)
+def pack(samples: list[Sample], micro_batch_tokens: int, row_tokens: int | None = None) -> list[MicroBatch]:
+    """Sequence packing: samples go first-fit decreasing into rows of at most `row_tokens` tokens
+    (default `micro_batch_tokens`; a longer sample gets a row of its own), then rows go first-fit
+    decreasing into micro-batches whose padded size (rows x widest row) fits `micro_batch_tokens`."""
+    cap = row_tokens or micro_batch_tokens
+    rows: list[Row] = _first_fit(
+        [(len(s.input_ids), s) for s in samples], lambda sizes, n: sum(sizes) + n <= cap
+    )
+    return _first_fit(
+        [(row_len(r), r) for r in rows],
+        lambda sizes, n: (len(sizes) + 1) * max(max(sizes), n) <= micro_batch_tokens,
+    )
 
-    def padded(rows: list[list[Any]], fill: Any, dtype: torch.dtype) -> torch.Tensor:
-        return torch.tensor([r + [fill] * (width - len(r)) for r in rows], dtype=dtype)
 
-    return {
-        "input_ids": padded([s.input_ids for s in mb], pad_id, torch.long),
-        "attention_mask": padded([[1] * len(s.input_ids) for s in mb], 0, torch.long),
-        "loss_mask": padded([s.loss_mask for s in mb], 0, torch.float32),
-        "logprobs": padded([s.logprobs for s in mb], 0.0, torch.float32),
-        "advantages": padded([s.advantages for s in mb], 0.0, torch.float32),
+def row_len(row: Row) -> int:
+    return sum(len(s.input_ids) for s in row)
+
+
+def mb_tokens(mb: MicroBatch) -> int:
+    """Real (non-pad) tokens: the work a micro-batch costs its rank."""
+    return sum(row_len(r) for r in mb)
+
+
+def collate(mb: MicroBatch, pad_id: int) -> dict[str, torch.Tensor]:
+    """Tensors [rows, width] for the trainer. `position_ids` restart at 0 for every document and
+    `doc_ids` number the documents of a row (-1 on padding), from which the trainer builds a
+    block-diagonal causal mask. The filler (empty micro-batch) is one row of padding with no
+    loss tokens."""
+    rows = mb or [[]]
+    width = max([row_len(r) for r in rows] + [1 if mb else FILLER_TOKENS])
+    out: dict[str, list[list[Any]]] = {
+        k: [] for k in ("input_ids", "position_ids", "doc_ids", "loss_mask", "logprobs", "advantages")
     }
+    for row in rows:
+        cols: dict[str, list[Any]] = {k: [] for k in out}
+        for d, s in enumerate(row):
+            n = len(s.input_ids)
+            cols["input_ids"] += s.input_ids
+            cols["position_ids"] += list(range(n))
+            cols["doc_ids"] += [d] * n
+            cols["loss_mask"] += s.loss_mask
+            cols["logprobs"] += s.logprobs
+            cols["advantages"] += s.advantages
+        pad = width - len(cols["input_ids"])
+        fills: dict[str, Any] = {
+            "input_ids": pad_id,
+            "position_ids": 0,
+            "doc_ids": -1,
+            "loss_mask": 0,
+            "logprobs": 0.0,
+            "advantages": 0.0,
+        }
+        for k, v in cols.items():
+            out[k].append(v + [fills[k]] * pad)
+    dtypes = {"input_ids": torch.long, "position_ids": torch.long, "doc_ids": torch.long}
+    t = {k: torch.tensor(v, dtype=dtypes.get(k, torch.float32)) for k, v in out.items()}
+    t["attention_mask"] = (t["doc_ids"] >= 0).long()
+    return t
 
 
-def shard(micro_batches: list[list[Sample]], world_size: int) -> list[list[list[Sample]]]:
-    """Deal micro-batches to trainer ranks, largest first, each to the rank with fewest tokens."""
-    ranks: list[list[list[Sample]]] = [[] for _ in range(world_size)]
-    load = [0] * world_size
-    for mb in sorted(micro_batches, key=lambda b: -sum(len(s.input_ids) for s in b)):
-        r = load.index(min(load))
-        ranks[r].append(mb)
-        load[r] += sum(len(s.input_ids) for s in mb)
+def filler(pad_id: int) -> dict[str, torch.Tensor]:
+    return collate([], pad_id)
+
+
+def shard(micro_batches: list[MicroBatch], world_size: int) -> list[list[MicroBatch]]:
+    """Deal micro-batches to ranks so that every rank gets the SAME number of them: under FSDP
+    each forward/backward issues collectives, and a rank with fewer micro-batches would leave the
+    others waiting forever. Each rank gets ceil(n / world) (at least one); micro-batches go
+    largest first to the least-loaded rank (in real tokens) that still has room, and the rest of
+    each rank's slots are fillers (empty micro-batches, zero loss tokens), which change neither
+    the loss nor the gradient."""
+    per_rank = max(1, -(-len(micro_batches) // world_size))
+    ranks: list[list[MicroBatch]] = [[] for _ in range(world_size)]
+    open_ranks = [(0, r) for r in range(world_size)]  # (load, rank) of ranks with a free slot
+    for mb in sorted(micro_batches, key=lambda b: -mb_tokens(b)):
+        load, dest = heapq.heappop(open_ranks)
+        ranks[dest].append(mb)
+        if len(ranks[dest]) < per_rank:
+            heapq.heappush(open_ranks, (load + mb_tokens(mb), dest))
+    for mbs in ranks:
+        mbs.extend([] for _ in range(per_rank - len(mbs)))
     return ranks
 
 

@@ -14,7 +14,6 @@ import argparse
 import logging
 import os
 import random
-import shutil
 import signal
 import time
 from pathlib import Path
@@ -22,15 +21,14 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from safetensors.torch import save_file
 
 from training.common import set_threads
 from training.config import JobConfig, load_config
-from training.fsutil import COMMITTED, STABLE, publish_dir, step_dirs, wait_for
+from training.fsutil import COMMITTED, wait_for
 from training.metrics import Metrics
-from training.model import load_model, token_logprobs
 from training.rundir import RunDir
-from training.trainer.loss import rl_loss
+from training.trainer import checkpoint
+from training.trainer.step import accumulate
 
 log = logging.getLogger("trainer")
 
@@ -42,7 +40,17 @@ def dist_env() -> tuple[int, int]:
 
 
 class Trainer:
-    def __init__(self, run: RunDir, cfg: JobConfig, rank: int, world: int) -> None:
+    def __init__(
+        self,
+        run: RunDir,
+        cfg: JobConfig,
+        rank: int,
+        world: int,
+        resume_step: int | None = None,
+        fsdp: bool | None = None,
+    ) -> None:
+        """`fsdp` defaults to sharding on GPU with world > 1; True also shards on CPU over gloo
+        (the resharding tests), where the default is plain replicas with all-reduced gradients."""
         self.run, self.cfg, self.rank, self.world = run, cfg, rank, world
         tc = cfg.trainer
         self.cuda = torch.cuda.is_available() and tc.backend != "gloo"
@@ -55,14 +63,10 @@ class Trainer:
             dist.init_process_group("nccl" if self.cuda else "gloo", rank=rank, world_size=world)
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
-        self.model = load_model(run.initial_model(cfg), cfg.model.dtype, self.device)
-        self.fsdp = self.cuda and world > 1
-        if self.fsdp:
-            from torch.distributed.fsdp import fully_shard
-
-            for layer in self.model.model.layers:
-                fully_shard(layer)
-            fully_shard(self.model)
+        self.fsdp = (self.cuda and world > 1) if fsdp is None else (fsdp and world > 1)
+        # Parameters start on the meta device and get memory only for this rank's shards.
+        initial = run.initial_model(cfg)
+        self.model = checkpoint.build_model(initial, cfg.model.dtype, self.device, self.fsdp)
         self.model.train()
         self.opt = torch.optim.AdamW(
             self.model.parameters(), lr=tc.lr, betas=(tc.betas[0], tc.betas[1]), weight_decay=tc.weight_decay
@@ -71,147 +75,52 @@ class Trainer:
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm))
         self.step = 0
         self.stop_requested = False
-
-    # -- state ----------------------------------------------------------------------------------
-    def full_state(self) -> dict[str, torch.Tensor]:
-        if self.fsdp:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-            sd = get_model_state_dict(
-                self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-            )
+        if resume_step:
+            self.load_checkpoint(resume_step)
         else:
-            sd = self.model.state_dict()
-        # Clone: safetensors refuses tensors that share storage (tied embeddings).
-        return {
-            k: v.detach().to("cpu").contiguous().clone() for k, v in sd.items() if isinstance(v, torch.Tensor)
-        }
+            checkpoint.load_initial_weights(self.model, initial, cfg.model.dtype)
 
-    def optim_state(self) -> dict[str, Any]:
-        if self.fsdp:
-            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-            return dict(
-                get_optimizer_state_dict(
-                    self.model, self.opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-                )
-            )
-        return dict(self.opt.state_dict())
-
+    # -- state (training/trainer/checkpoint.py) --------------------------------------------------
     def save_checkpoint(self) -> None:
-        model, optim = self.full_state(), self.optim_state()  # collective under FSDP: every rank
-        if self.rank != 0:
-            return
-        state = {
-            "step": self.step,
-            "model": model,
-            "optimizer": optim,
-            "scheduler": self.sched.state_dict(),
-            "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
-        }
-        publish_dir(
-            self.run.step(self.run.ckpt("trainer"), self.step),
-            lambda tmp: torch.save(state, tmp / "state.pt"),
-            COMMITTED,
-            {"step": self.step},
-        )
-        ckpts = step_dirs(self.run.ckpt("trainer"), COMMITTED)
-        for s in sorted(ckpts)[:-2]:
-            shutil.rmtree(ckpts[s], ignore_errors=True)
+        checkpoint.save_checkpoint(self.run, self.model, self.opt, self.sched, self.step)
 
     def load_checkpoint(self, step: int) -> None:
-        state = torch.load(self.run.step(self.run.ckpt("trainer"), step) / "state.pt", weights_only=False)
-        if self.fsdp:
-            from torch.distributed.checkpoint.state_dict import (
-                StateDictOptions,
-                set_model_state_dict,
-                set_optimizer_state_dict,
-            )
-
-            opts = StateDictOptions(full_state_dict=True)
-            set_model_state_dict(self.model, state["model"], options=opts)
-            set_optimizer_state_dict(self.model, self.opt, state["optimizer"], options=opts)
-        else:
-            self.model.load_state_dict(state["model"])
-            self.opt.load_state_dict(state["optimizer"])
-        self.sched.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["rng"]["torch"])
-        random.setstate(state["rng"]["python"])
-        self.step = int(state["step"])
+        self.step = checkpoint.load_checkpoint(self.run, step, self.model, self.opt, self.sched)
 
     def publish_weights(self) -> float:
         t0 = time.perf_counter()
-        sd = self.full_state()
-        if self.rank == 0:
-            publish_dir(
-                self.run.step(self.run.weights, self.step),
-                lambda tmp: save_file(sd, str(tmp / "model.safetensors")),
-                STABLE,
-                {"version": self.step},
-            )
-            self.prune_weights()
+        checkpoint.publish_weights(self.run, self.cfg, self.model, self.step, self.rank)
         return time.perf_counter() - t0
-
-    def prune_weights(self) -> None:
-        tc = self.cfg.trainer
-        versions = step_dirs(self.run.weights)
-        # Inference may still be loading a version up to async_level + 1 behind the newest.
-        keep = set(sorted(versions)[-max(tc.keep_weights, self.cfg.orchestrator.async_level + 2) :])
-        keep |= set(step_dirs(self.run.ckpt("trainer"), COMMITTED))
-        for v, path in versions.items():
-            # Versions at checkpoint steps stay: a resumed inference server starts from them.
-            if v not in keep and v % tc.checkpoint_every != 0:
-                shutil.rmtree(path, ignore_errors=True)
 
     # -- one step -------------------------------------------------------------------------------
     def train_step(self, batch: dict[str, Any]) -> dict[str, float]:
         tc = self.cfg.trainer
-        total = int(batch["loss_tokens"])
-        scale = self.world if self.fsdp else 1  # FSDP averages gradients over ranks; we want the sum
-        loss_sum = torch.zeros((), device=self.device)
-        stats = torch.zeros(3, dtype=torch.float64)  # tokens, masked, kl
         self.opt.zero_grad(set_to_none=True)
-        n_tok = 0
-        for mb in batch["micro_batches"]:
-            mb = {k: v.to(self.device) for k, v in mb.items()}
-            lp = token_logprobs(
-                self.model, mb["input_ids"], mb["attention_mask"], self.cfg.inference.temperature
-            )
-            st = rl_loss(
-                lp,
-                mb["logprobs"],
-                mb["advantages"],
-                mb["loss_mask"],
-                total,
-                tc.mask_ratio_low,
-                tc.mask_ratio_high,
-            )
-            (st.loss_sum * scale).backward()
-            loss_sum += st.loss_sum.detach()
-            stats += torch.tensor([st.tokens, st.masked, st.mismatch_kl_sum], dtype=torch.float64)
-            n_tok += int(mb["attention_mask"].sum())
-        if self.world > 1:
-            if not self.fsdp:
-                for p in self.model.parameters():
-                    if p.grad is None:
-                        p.grad = torch.zeros_like(p)
-                    dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
-            dist.all_reduce(loss_sum, op=dist.ReduceOp.SUM)
-            red = stats.to(self.device)
-            dist.all_reduce(red, op=dist.ReduceOp.SUM)
-            stats = red.cpu()
+        st = accumulate(
+            self.model,
+            batch["micro_batches"],
+            int(batch["loss_tokens"]),
+            world=self.world,
+            fsdp=self.fsdp,
+            device=self.device,
+            temperature=self.cfg.inference.temperature,
+            ratio_low=tc.mask_ratio_low,
+            ratio_high=tc.mask_ratio_high,
+        )
         gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.max_grad_norm)
         self.opt.step()
         self.sched.step()
         self.step += 1
-        tokens, masked, kl = (float(x) for x in stats)
+        tokens = st.loss_tokens
         return {
-            "loss": float(loss_sum),
+            "loss": st.loss,
             "grad_norm": float(gnorm),
-            "mismatch_kl": kl / max(tokens, 1.0),
-            "masked_fraction": masked / max(tokens, 1.0),
+            "mismatch_kl": st.mismatch_kl_sum / max(tokens, 1.0),
+            "masked_fraction": st.masked / max(tokens, 1.0),
             "loss_tokens": tokens,
-            "rank_tokens": n_tok,
+            "rank_tokens": st.rank_tokens,
+            "padding_fraction": st.padding_fraction,
+            "micro_batches": st.micro_batches,
             "lr": float(self.sched.get_last_lr()[0]),
         }
 
@@ -282,14 +191,13 @@ def main(argv: list[str] | None = None) -> None:
             f"training.trainer: WORLD_SIZE={world} but trainer.world_size={cfg.trainer.world_size}"
         )
     set_threads(cfg.trainer.threads)
-    trainer = Trainer(run, cfg, rank, world)
+    trainer = Trainer(run, cfg, rank, world, resume_step=args.resume_step)
 
     def on_usr1(*_: object) -> None:
         trainer.stop_requested = True
 
     signal.signal(signal.SIGUSR1, on_usr1)
     if args.resume_step:
-        trainer.load_checkpoint(args.resume_step)
         log.info("resumed at step %d", trainer.step)
     metrics = None
     if rank == 0:

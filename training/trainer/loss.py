@@ -31,7 +31,8 @@ def rl_loss(
     engine's numerics) and the one being trained. Tokens whose ratio falls outside
     [ratio_low, ratio_high] are masked out rather than clipped, so one wildly off-policy token
     cannot dominate a step. The sum is normalised by the token count of the whole batch, which
-    keeps the update independent of how the batch was split into micro-batches and ranks.
+    keeps the update independent of how the batch was split into micro-batches and ranks, and
+    makes a filler micro-batch (no loss tokens, see orchestrator.batch.shard) add exactly zero.
     """
     log_ratio = logprobs - inference_logprobs
     ratio = torch.exp(log_ratio)

@@ -45,6 +45,7 @@ def test_overrides_are_typed() -> None:
         ("inference.backend=tgi", "inference.backend"),
         ("env.name=chess", "env.name"),
         ("trainer.mask_ratio_low=2.0", "trainer.mask_ratio_low"),
+        ("orchestrator.pack_row_tokens=0", "orchestrator.pack_row_tokens"),
         ("trainer=3", "trainer"),
     ],
 )

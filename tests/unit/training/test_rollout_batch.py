@@ -35,23 +35,36 @@ def test_stale_groups_are_split_off() -> None:
 
 def test_pack_respects_token_budget_and_keeps_every_sample() -> None:
     samples = to_samples([group(0, [1, 0, 0, 1], i, length=1 + i) for i in range(5)])
-    bins = pack(samples, micro_batch_tokens=24)
-    assert sum(len(b) for b in bins) == len(samples)
-    for b in bins:
-        assert len(b) * max(len(s.input_ids) for s in b) <= 24 or len(b) == 1
+    bins = pack(samples, micro_batch_tokens=24, row_tokens=12)
+    packed = [s for mb in bins for row in mb for s in row]
+    assert sorted(map(id, packed)) == sorted(map(id, samples))
+    for mb in bins:
+        widths = [sum(len(s.input_ids) for s in row) for row in mb]
+        assert all(w <= 12 for w in widths)
+        assert len(mb) * max(widths) <= 24
+    assert any(len(row) > 1 for mb in bins for row in mb)  # short samples share a row
     mb = collate(bins[0], pad_id=0)
-    assert mb["input_ids"].shape == mb["loss_mask"].shape == mb["advantages"].shape
+    assert mb["input_ids"].shape == mb["loss_mask"].shape == mb["position_ids"].shape
     # The loss covers completion tokens only, and padding carries no loss.
-    assert mb["loss_mask"].sum().item() == sum(sum(s.loss_mask) for s in bins[0])
+    assert mb["loss_mask"].sum().item() == sum(sum(s.loss_mask) for row in bins[0] for s in row)
+
+
+def test_collate_restarts_positions_per_document() -> None:
+    a, b = to_samples([group(0, [1.0], 0, length=2), group(0, [0.0], 1, length=1)])
+    mb = collate([[a, b], [b]], pad_id=0)
+    assert mb["position_ids"].tolist() == [[0, 1, 2, 3, 0, 1, 2], [0, 1, 2, 0, 0, 0, 0]]
+    assert mb["doc_ids"].tolist() == [[0, 0, 0, 0, 1, 1, 1], [0, 0, 0, -1, -1, -1, -1]]
+    assert mb["attention_mask"].tolist() == [[1] * 7, [1, 1, 1, 0, 0, 0, 0]]
+    assert mb["input_ids"].tolist()[0] == a.input_ids + b.input_ids
 
 
 def test_shard_balances_ranks() -> None:
     samples = to_samples([group(0, [1, 0], i, length=2 + i) for i in range(6)])
     ranks = shard(pack(samples, 16), 2)
-    assert len(ranks) == 2
-    loads = [sum(len(s.input_ids) for mb in r for s in mb) for r in ranks]
+    assert len(ranks) == 2 and len(ranks[0]) == len(ranks[1])
+    loads = [sum(len(s.input_ids) for mb in r for row in mb for s in row) for r in ranks]
     assert sum(loads) == sum(len(s.input_ids) for s in samples)
-    assert abs(loads[0] - loads[1]) <= max(len(s.input_ids) for s in samples) * 2
+    assert abs(loads[0] - loads[1]) <= 16
 
 
 def test_task_sampler_resumes_without_repeats_or_gaps() -> None:

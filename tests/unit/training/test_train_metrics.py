@@ -42,3 +42,17 @@ def test_the_newest_committed_checkpoint_is_exported_with_its_time(tmp_path: Pat
         assert float(line.split()[1]) == committed
     finally:
         m.close()
+
+
+def test_padding_fraction_is_a_trainer_gauge_with_help(tmp_path: Path) -> None:
+    run = RunDir(tmp_path)
+    m = Metrics(run, "trainer", port=0)
+    try:
+        m.log({"step": 0, "padding_fraction": 0.25, "micro_batches": 3})
+        url = json.loads((run.peers / "metrics-trainer.json").read_text())["url"]
+        body = urllib.request.urlopen(url, timeout=10).read().decode()
+        assert 'opsctl_train_padding_fraction{component="trainer"} 0.25' in body
+        assert "# HELP opsctl_train_padding_fraction Pad tokens / all tokens" in body
+        assert read_metrics(run.metrics)[0]["padding_fraction"] == 0.25
+    finally:
+        m.close()

@@ -1,0 +1,331 @@
+"""Trainer state on disk: sharded checkpoints, the initial model, and weights for inference.
+
+Checkpoints (`checkpoints/trainer/step_N/`) are torch.distributed.checkpoint (DCP) directories:
+every rank writes the shards it owns (`__R_0.distcp`), the coordinator writes `.metadata`, and
+rank 0 adds `trainer_state.pt` (step, scheduler, RNG) before the directory is renamed into place
+and marked `COMMITTED` (fsutil.publish_dir). DCP records each tensor's global shape, so a load at
+another world size (or without FSDP) reads just the slices each rank now owns.
+
+Models are built with their parameters on the meta device, sharded (FSDP2 `fully_shard`) and only
+then given memory, so no rank ever holds the full model: a resumed rank loads its shards from the
+checkpoint, and at step 0 it reads its rows of the base model's safetensors (memory-mapped).
+
+Weights for inference (`weights/step_N/model.safetensors` + STABLE, unchanged protocol) are
+streamed: parameter by parameter, the ranks all-gather one tensor and rank 0 appends it to a
+safetensors file whose header it wrote up front from the global shapes. Rank 0's peak is one
+parameter, not the model. We chose this over per-rank DCP/safetensors shard files because the
+inference server (and vLLM-style loaders) want one file per version; shard files would have to be
+consolidated by a second pass over the shared filesystem on rank 0, while the all-gather rides the
+same interconnect FSDP already uses every forward pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import shutil
+import struct
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from safetensors import safe_open
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
+from torch.distributed.tensor import DTensor
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from training.config import JobConfig
+from training.fsutil import COMMITTED, STABLE, publish_dir, step_dirs
+from training.model import DTYPES, load_model
+from training.rundir import RunDir
+
+TRAINER_STATE = "trainer_state.pt"
+KEEP_CHECKPOINTS = 2
+
+
+# -- building the model ----------------------------------------------------------------------------
+@contextlib.contextmanager
+def params_on_meta() -> Iterator[None]:
+    """Register every new parameter on the meta device; buffers (rotary tables) stay real, because
+    nothing in a checkpoint restores the non-persistent ones."""
+    register = torch.nn.Module.register_parameter
+
+    def on_meta(module: torch.nn.Module, name: str, param: torch.nn.Parameter | None) -> None:
+        if param is not None and param.device.type != "meta":
+            param = torch.nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+        register(module, name, param)
+
+    torch.nn.Module.register_parameter = on_meta  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = register  # type: ignore[method-assign]
+
+
+def build_model(path: Path, dtype: str, device: torch.device, fsdp: bool) -> Any:
+    """The architecture at `path` with uninitialised parameters, sharded when `fsdp`: weights come
+    from load_initial_weights or load_checkpoint."""
+    with params_on_meta():
+        model: Any = AutoModelForCausalLM.from_config(
+            AutoConfig.from_pretrained(str(path)), dtype=DTYPES[dtype]
+        )
+    if fsdp:
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in model.model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+    buffers = {n: b.detach().clone() for n, b in model.named_buffers()}
+    model.to_empty(device=device)  # allocates only this rank's shards; buffers come back below
+    with torch.no_grad():
+        for n, b in model.named_buffers():
+            b.copy_(buffers[n])
+    return model
+
+
+def _safetensors_index(path: Path) -> dict[str, Path]:
+    index: dict[str, Path] = {}
+    for file in sorted(path.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as fh:
+            names: list[str] = fh.keys()
+            index.update(dict.fromkeys(names, file))
+    return index
+
+
+def _local_slice(t: torch.Tensor) -> tuple[slice, ...]:
+    """The global index range of this rank's piece of `t` (everything for a plain tensor)."""
+    if not isinstance(t, DTensor):
+        return tuple(slice(0, n) for n in t.shape)
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    shape, offset = compute_local_shape_and_global_offset(t.shape, t.device_mesh, t.placements)
+    return tuple(slice(o, o + n) for o, n in zip(offset, shape, strict=True))
+
+
+def load_initial_weights(model: Any, path: Path, dtype: str) -> None:
+    """Fill `model` (built by build_model) from the HF checkpoint at `path`: each rank reads only
+    the rows it owns. Checkpoints whose tensor names differ from the model's (transformers converts
+    e.g. per-expert MoE weights on load) fall back to one full load on rank 0, broadcast
+    tensor by tensor to the shards."""
+    sd = model.state_dict()
+    index = _safetensors_index(path)
+    loaded = {id(v) for k, v in sd.items() if k in index}
+    # A tied weight (lm_head = embeddings) shares the tensor of a name the file does hold.
+    missing = [k for k, v in sd.items() if k not in index and id(v) not in loaded]
+    if missing:
+        _load_converted(model, path, dtype)
+        return
+    handles: dict[Path, Any] = {}
+    try:
+        with torch.no_grad():
+            for name, t in sd.items():
+                if name not in index:
+                    continue
+                if index[name] not in handles:
+                    handles[index[name]] = safe_open(str(index[name]), framework="pt")
+                rows = handles[index[name]].get_slice(name)[_local_slice(t)]
+                local = t.to_local() if isinstance(t, DTensor) else t
+                local.copy_(rows)
+    finally:
+        handles.clear()
+
+
+def _load_converted(model: Any, path: Path, dtype: str) -> None:
+    if not any(isinstance(v, DTensor) for v in model.state_dict().values()):
+        model.load_state_dict(load_model(path, dtype, "cpu").state_dict())  # a replica needs it all
+        return
+    full = load_model(path, dtype, "cpu").state_dict() if dist.get_rank() == 0 else {}
+    set_model_state_dict(
+        model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    )
+
+
+# -- checkpoints ---------------------------------------------------------------------------------
+@dataclass
+class TrainerState:
+    """What a checkpoint holds beyond the DCP shards; RNG is rank 0's (the ranks share a seed)."""
+
+    step: int
+    world_size: int
+    scheduler: dict[str, Any]
+    torch_rng: torch.Tensor
+    python_rng: Any
+
+
+@contextlib.contextmanager
+def _single_process_ok() -> Iterator[None]:
+    """DCP warns on every call without a process group; world 1 has none by design."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+        yield
+
+
+def _collective_publish(final: Path, marker: str, info: dict[str, Any], fill: Callable[[Path], None]) -> None:
+    """publish_dir with every rank writing into the same temp dir: rank 0 creates it and tells the
+    others its name; `fill` must be collective (dcp.save ends with a gather on the coordinator, so
+    all shards are on disk when it returns on rank 0, which then renames and marks)."""
+    if not dist.is_initialized():
+        publish_dir(final, fill, marker, info)
+        return
+    if dist.get_rank() == 0:
+
+        def fill0(tmp: Path) -> None:
+            dist.broadcast_object_list([str(tmp)], src=0)
+            fill(tmp)
+
+        publish_dir(final, fill0, marker, info)
+    else:
+        name: list[Any] = [None]
+        dist.broadcast_object_list(name, src=0)
+        fill(Path(name[0]))
+    dist.barrier()  # nobody starts the next step (or a resume) on an unmarked checkpoint
+
+
+def save_checkpoint(run: RunDir, model: Any, opt: torch.optim.Optimizer, sched: Any, step: int) -> None:
+    """Collective: every rank writes its own shards of model and optimizer."""
+    model_sd, optim_sd = get_state_dict(model, opt)  # sharded (DTensor) under FSDP: no gather
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    meta = TrainerState(step, world, sched.state_dict(), torch.get_rng_state(), random.getstate())
+
+    def fill(tmp: Path) -> None:
+        with _single_process_ok():
+            dcp.save(
+                {"model": model_sd, "optim": optim_sd}, checkpoint_id=tmp, no_dist=not dist.is_initialized()
+            )
+        if rank == 0:
+            torch.save(meta.__dict__, tmp / TRAINER_STATE)
+
+    final = run.step(run.ckpt("trainer"), step)
+    _collective_publish(final, COMMITTED, {"step": step, "world_size": world, "format": "dcp"}, fill)
+    if rank == 0:
+        ckpts = step_dirs(run.ckpt("trainer"), COMMITTED)
+        for s in sorted(ckpts)[:-KEEP_CHECKPOINTS]:
+            shutil.rmtree(ckpts[s], ignore_errors=True)
+
+
+def load_checkpoint(run: RunDir, step: int, model: Any, opt: torch.optim.Optimizer, sched: Any) -> int:
+    """Collective: each rank reads the slices of the saved shards that it owns now, whatever the
+    world size that wrote them. Returns the checkpoint's step."""
+    path = run.step(run.ckpt("trainer"), step)
+    if not (path / COMMITTED).is_file():
+        raise FileNotFoundError(f"no committed trainer checkpoint at {path}")
+    model_sd, optim_sd = get_state_dict(model, opt)  # the target layout (initialises optimizer state)
+    # In place, into model_sd/optim_sd; DCP needs no process group for a single process.
+    with _single_process_ok():
+        dcp.load(
+            {"model": model_sd, "optim": optim_sd}, checkpoint_id=path, no_dist=not dist.is_initialized()
+        )
+    set_state_dict(model, opt, model_state_dict=model_sd, optim_state_dict=optim_sd)
+    meta = TrainerState(**torch.load(path / TRAINER_STATE, weights_only=False))
+    sched.load_state_dict(meta.scheduler)
+    torch.set_rng_state(meta.torch_rng)
+    random.setstate(meta.python_rng)
+    return meta.step
+
+
+# -- weights for inference -------------------------------------------------------------------------
+_ST_DTYPES = {
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.bfloat16: "BF16",
+    torch.float16: "F16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n * torch.empty((), dtype=self.dtype).element_size()
+
+
+def write_safetensors_stream(
+    path: Path,
+    specs: list[TensorSpec],
+    tensors: Iterable[torch.Tensor],
+    metadata: dict[str, str] | None = None,
+) -> None:
+    """A safetensors file written one tensor at a time: the header only needs names, shapes and
+    dtypes, so it goes first and each tensor's bytes follow as `tensors` yields them, in `specs`
+    order. Raises if a tensor does not match its spec."""
+    header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
+    offset = 0
+    for s in specs:
+        header[s.name] = {
+            "dtype": _ST_DTYPES[s.dtype],
+            "shape": list(s.shape),
+            "data_offsets": [offset, offset + s.nbytes],
+        }
+        offset += s.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # the format pads the header so tensor data is 8-byte aligned
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)) + raw)
+        it = iter(tensors)
+        for s in specs:
+            t = next(it)
+            if tuple(t.shape) != s.shape or t.dtype != s.dtype:
+                raise ValueError(f"{s.name}: got {tuple(t.shape)} {t.dtype}, header says {s.shape} {s.dtype}")
+            fh.write(t.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
+
+
+def _full_tensors(sd: dict[str, torch.Tensor]) -> Iterator[torch.Tensor]:
+    """Each tensor whole, one at a time (an all-gather per sharded tensor: every rank must drain)."""
+    for t in sd.values():
+        yield t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def publish_weights(run: RunDir, cfg: JobConfig, model: Any, step: int, rank: int) -> None:
+    """Collective under FSDP; rank 0 writes weights/step_N and prunes old versions."""
+    sd = {k: v for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
+    if rank != 0:
+        for _ in _full_tensors(sd):
+            pass
+        return
+    specs = [TensorSpec(k, tuple(v.shape), v.dtype) for k, v in sd.items()]  # DTensor.shape is global
+    publish_dir(
+        run.step(run.weights, step),
+        lambda tmp: write_safetensors_stream(
+            tmp / "model.safetensors", specs, _full_tensors(sd), {"format": "pt"}
+        ),
+        STABLE,
+        {"version": step},
+    )
+    prune_weights(run, cfg)
+
+
+def prune_weights(run: RunDir, cfg: JobConfig) -> None:
+    tc = cfg.trainer
+    versions = step_dirs(run.weights)
+    # Inference may still be loading a version up to async_level + 1 behind the newest.
+    keep = set(sorted(versions)[-max(tc.keep_weights, cfg.orchestrator.async_level + 2) :])
+    keep |= set(step_dirs(run.ckpt("trainer"), COMMITTED))
+    for v, path in versions.items():
+        # Versions at checkpoint steps stay: a resumed inference server starts from them.
+        if v not in keep and v % tc.checkpoint_every != 0:
+            shutil.rmtree(path, ignore_errors=True)
