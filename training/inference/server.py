@@ -49,6 +49,12 @@ def _prompts(body: dict[str, Any], tokenizer: Any) -> list[list[int]]:
     raise BadRequest("prompt must be a string, a list of strings, token ids or lists of token ids")
 
 
+class _HTTPServer(ThreadingHTTPServer):
+    # The orchestrator keeps a request per in-flight group open: the default listen backlog of 5
+    # overflows under load (connections reset, or SYN retries that stall a request for seconds).
+    request_queue_size = 256
+
+
 class InferenceServer:
     def __init__(
         self, engine: Engine, tokenizer: Any, model_name: str, host: str = "127.0.0.1", port: int = 0
@@ -132,7 +138,7 @@ class InferenceServer:
                     log.exception("request failed")
                     self._send(500, {"error": {"message": f"{type(exc).__name__}: {exc}"}})
 
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd = _HTTPServer((host, port), Handler)
         self.httpd.daemon_threads = True
         self.port = int(self.httpd.server_address[1])
 

@@ -186,9 +186,16 @@ class Orchestrator:
         """group_size completions for each task, from one server in one request."""
         prompts = [self._prompt_ids(self.env.dataset[i].prompt) for i in indices]
         inf = self.cfg.inference
-        return self.clients[server].complete(
-            prompts, self.oc.group_size, inf.max_tokens, inf.temperature, seed
-        )
+        for attempt in range(3):
+            try:
+                return self.clients[server].complete(
+                    prompts, self.oc.group_size, inf.max_tokens, inf.temperature, seed
+                )
+            except OSError:  # connection refused or reset before an answer: same seed, same request
+                if attempt == 2:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+        raise AssertionError("unreachable")
 
     def score(self, index: int, comps: list[Completion], fallback_version: int) -> RolloutGroup:
         task = self.env.dataset[index]
