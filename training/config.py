@@ -72,8 +72,8 @@ class InferenceConfig:
     threads: int = 1
     # The "model" of every completion request; vLLM started by `opsctl launch` serves under this name.
     served_model_name: str = "policy"
-    # Stop strings sent with every completion request (vLLM ends a completion at the first one; the
-    # built-in server ends completions at EOS and newline by itself).
+    # Stop strings sent with every completion request besides the environment's stop_sequences
+    # (a completion ends at the first one; both servers also end completions at EOS).
     stop: list[str] = field(default_factory=list)
     # vllm backend with inference.urls empty: `opsctl launch` starts vLLM on the inference nodes.
     # Each replica spans tensor_parallel_size GPUs of one node; a node with G GPUs runs
@@ -84,6 +84,8 @@ class InferenceConfig:
     max_model_len: int = 0  # 0: the model's own context length
     vllm_args: list[str] = field(default_factory=list)  # appended to the vLLM command line as given
     ready_timeout_s: float = 1800.0  # how long the job waits for every replica's GET /health
+    # Built-in engine: keep a KV cache across decode steps (false recomputes the whole prefix).
+    kv_cache: bool = True
 
 
 @dataclass
@@ -114,6 +116,8 @@ class OrchestratorConfig:
     too_easy_mean_reward: float = 1.0
     filter_too_hard: bool = False  # mean reward <= too_hard_mean_reward
     too_hard_mean_reward: float = 0.0
+    # Completions cut off at max_tokens (finish_reason "length") get zero loss weight.
+    mask_truncated: bool = True
 
 
 @dataclass

@@ -1,6 +1,10 @@
 """SFT stage: teach the answer format on a few task demonstrations; RL starts from its output.
 
 python -m training.sft --run-dir RUN_DIR
+
+SIGUSR1 (Slurm's warning before the time limit) stops SFT at the next step without publishing:
+sft/final appears whole or not at all, so the next attempt simply redoes SFT (seeded, same result).
+The process then exits with EXIT_STOPPED.
 """
 
 from __future__ import annotations
@@ -8,6 +12,9 @@ from __future__ import annotations
 import logging
 import math
 import random
+import signal
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -15,13 +22,23 @@ import torch
 
 from training.common import parse_args, seed_all, set_threads
 from training.config import JobConfig
-from training.envs import Environment, load_environment
+from training.envs import Environment, load_environment, prompt_ids
 from training.fsutil import STABLE, is_committed, publish_dir
 from training.metrics import Metrics
 from training.model import create_tiny_model, load_model, load_tokenizer
 from training.rundir import RunDir
 
 log = logging.getLogger("sft")
+
+EXIT_STOPPED = 75  # EX_TEMPFAIL: stopped on request before finishing; running it again redoes SFT
+
+
+class SFTStopped(Exception):
+    """SFT was asked to stop (SIGUSR1) before its last step; nothing was published."""
+
+    def __init__(self, step: int, steps: int) -> None:
+        super().__init__(f"stopped before SFT step {step} of {steps}")
+        self.step, self.steps = step, steps
 
 
 def ensure_base_model(run: RunDir, cfg: JobConfig) -> Path:
@@ -37,13 +54,14 @@ def ensure_base_model(run: RunDir, cfg: JobConfig) -> Path:
 
 
 def demo_batch(env: Environment, tokenizer: object, tasks: list, device: str) -> tuple[torch.Tensor, ...]:
-    """Right-padded [bos] prompt answer stop; the loss mask covers the answer and stop only."""
+    """Right-padded [bos] prompt answer stop (no bos when the tokenizer has none); the loss mask
+    covers the answer and stop only."""
     rows, masks = [], []
     for t in tasks:
-        p = tokenizer.encode(t.prompt, add_special_tokens=False)  # type: ignore[attr-defined]
+        p = prompt_ids(tokenizer, t.prompt)
         a = tokenizer.encode(env.demonstration(t), add_special_tokens=False)  # type: ignore[attr-defined]
-        rows.append([tokenizer.bos_token_id, *p, *a])  # type: ignore[attr-defined]
-        masks.append([0] * (1 + len(p)) + [1] * len(a))
+        rows.append([*p, *a])
+        masks.append([0] * len(p) + [1] * len(a))
     width = max(len(r) for r in rows)
     pad = tokenizer.pad_token_id  # type: ignore[attr-defined]
     ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=device)
@@ -52,7 +70,7 @@ def demo_batch(env: Environment, tokenizer: object, tasks: list, device: str) ->
     return ids, attn, loss_mask
 
 
-def run_sft(run: RunDir, cfg: JobConfig) -> Path:
+def run_sft(run: RunDir, cfg: JobConfig, stop: threading.Event | None = None) -> Path:
     if not cfg.sft.enabled:
         return ensure_base_model(run, cfg)
     if is_committed(run.sft_final):
@@ -78,6 +96,9 @@ def run_sft(run: RunDir, cfg: JobConfig) -> Path:
     model.train()
     order: list = []
     for step in range(cfg.sft.steps):
+        if stop is not None and stop.is_set():
+            metrics.close()
+            raise SFTStopped(step, cfg.sft.steps)
         t0 = time.perf_counter()
         if len(order) < cfg.sft.batch_size:
             extra = list(demos)
@@ -118,7 +139,13 @@ def run_sft(run: RunDir, cfg: JobConfig) -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     run, cfg = parse_args("training.sft", argv)
-    run_sft(run, cfg)
+    stop = threading.Event()
+    signal.signal(signal.SIGUSR1, lambda *_: stop.set())
+    try:
+        run_sft(run, cfg, stop)
+    except SFTStopped as exc:
+        log.warning("SIGUSR1: %s; exiting without a checkpoint, the next attempt redoes SFT", exc)
+        sys.exit(EXIT_STOPPED)
 
 
 if __name__ == "__main__":

@@ -32,14 +32,22 @@ def lab() -> None:
 )
 @click.option("--timeout", type=float, default=180, show_default=True, help="Seconds to wait for boot.")
 @click.option("--json", "as_json", is_flag=True, help="Print the lab status as JSON.")
+@click.option(
+    "--runtime",
+    "stage_runtime",
+    is_flag=True,
+    help="Stage the training runtime's wheelhouse into /shared (site.yml then builds the runtime).",
+)
 @_inventory_option
-def up(gpu_nodes: int, timeout: float, as_json: bool, inventory_dir: Path | None) -> None:
+def up(
+    gpu_nodes: int, timeout: float, as_json: bool, stage_runtime: bool, inventory_dir: Path | None
+) -> None:
     """Build (once) the base image, boot head + N GPU machines, write the inventory."""
     from opsctl.lab import lab as labmod
     from opsctl.lab.config import from_env
 
     cfg = from_env(gpu_nodes)
-    st = labmod.up(cfg, inventory_dir or labmod.LAB_INVENTORY, timeout=timeout)
+    st = labmod.up(cfg, inventory_dir or labmod.LAB_INVENTORY, timeout=timeout, stage_runtime=stage_runtime)
     _print_status(st, as_json)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from opsctl.lab import runtime
 from opsctl.lab.config import LabConfig
 
 HOSTS_FILE = "hosts.yml"
@@ -66,6 +67,11 @@ def inventory_data(cfg: LabConfig) -> dict[str, Any]:
                 # wheelhouse of opsctl built where there is a network (opsctl_remediation_wheelhouse).
                 "grafana": {"hosts": {}},
                 "remediation": {"hosts": {}},
+                # The training runtime (roles/training_runtime) is built from the wheelhouse the
+                # host stages into the NFS stand-in (`lab up --runtime`); without one, no machine.
+                "training_runtime": (
+                    {"children": {"gpu_nodes": None}} if runtime.staged(cfg) else {"hosts": {}}
+                ),
             },
         }
     }

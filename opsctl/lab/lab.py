@@ -10,7 +10,7 @@ from pathlib import Path
 
 import opsctl
 from opsctl.errors import ConfigError, Refused, Unreachable
-from opsctl.lab import connect, image, inventory, labsim, machines, net
+from opsctl.lab import connect, image, inventory, labsim, machines, net, runtime
 from opsctl.lab.config import LabConfig, Machine
 from opsctl.lab.packages import collect_packages
 from opsctl.lab.shell import run
@@ -108,8 +108,14 @@ def wait_ready(cfg: LabConfig, wanted: list[Machine], timeout: float = 180) -> d
     return states
 
 
-def up(cfg: LabConfig, inventory_dir: Path = LAB_INVENTORY, *, timeout: float = 180) -> LabStatus:
-    """Bring the lab to `cfg`: build/reuse the image, bridge, machines; write the inventory."""
+def up(
+    cfg: LabConfig, inventory_dir: Path = LAB_INVENTORY, *, timeout: float = 180, stage_runtime: bool = False
+) -> LabStatus:
+    """Bring the lab to `cfg`: build/reuse the image, bridge, machines; write the inventory.
+
+    `stage_runtime` also stages the training runtime's wheelhouse into the NFS stand-in, which puts
+    the GPU machines into the inventory's `training_runtime` group (site.yml then builds it).
+    """
     live = {p.machine: p for p in machines.running(cfg)}
     foreign = sorted(n for n, p in live.items() if p.upper != str(cfg.upper_dir(n)))
     if foreign:
@@ -131,6 +137,8 @@ def up(cfg: LabConfig, inventory_dir: Path = LAB_INVENTORY, *, timeout: float = 
     # Stale host-side veths of machines that are not running would make nspawn fail to boot them.
     net.delete_links([v for v in net.lab_veths(cfg) if v not in {net.veth_name(n) for n in live}])
     machines.prepare_shared(cfg)
+    if stage_runtime:
+        runtime.stage(cfg, REPO_ROOT)
     save_config(cfg, inventory_dir)
     for m in cfg.machines:
         if m.name in live:

@@ -30,14 +30,15 @@ def next_attempt(run_dir: Path) -> int:
 
 
 def start(run_dir: Path) -> tuple[int, int]:
-    """Clean up what a killed attempt left half-written and pick the resume step."""
-    from opsctl.launch.local import resume_point
+    """Clean up what a killed attempt left and pick the resume step. Always, also when no
+    checkpoint exists yet: an attempt killed before its first one leaves committed rollouts and
+    weights that a fresh start at step 0 would collide with."""
     from opsctl.nodeset import expand
-    from training.rundir import RunDir
+    from training.rundir import RunDir, resume_point
 
     run = RunDir(run_dir)
-    cfg = run.load_config()
-    step = resume_point(run, cfg) if run.ckpt("trainer").exists() else 0
+    run.load_config()  # a run directory without its config is not one to start
+    step = resume_point(run)
     nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
     number = next_attempt(run_dir)
     record_attempt_start(

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from opsctl.errors import ConfigError, UsageError
 from training import config as tconfig
-from training.fsutil import COMMITTED, STABLE, remove_uncommitted, step_dirs
 from training.rundir import RunDir, free_port
+from training.rundir import resume_point as rundir_resume_point
 
 
 def new_run_id() -> str:
@@ -66,32 +66,8 @@ def write_config(run: RunDir, cfg: tconfig.JobConfig) -> None:
 
 
 def resume_point(run: RunDir, cfg: tconfig.JobConfig) -> int:
-    """The newest step with committed trainer and orchestrator checkpoints and its weights; state
-    past it (rollouts, weights, checkpoints a killed run left) is removed so both sides agree."""
-    for parent, marker in (
-        (run.weights, STABLE),
-        (run.rollouts, STABLE),
-        (run.ckpt("trainer"), COMMITTED),
-        (run.ckpt("orchestrator"), COMMITTED),
-    ):
-        remove_uncommitted(parent, marker)
-    shutil.rmtree(run.checkpoint_requests, ignore_errors=True)  # served or moot by now
-    trainer = step_dirs(run.ckpt("trainer"), COMMITTED)
-    orch = step_dirs(run.ckpt("orchestrator"), COMMITTED)
-    weights = step_dirs(run.weights)
-    common = sorted(set(trainer) & set(orch) & set(weights))
-    step = common[-1] if common else 0
-    for parent, marker in (
-        (run.weights, STABLE),
-        (run.rollouts, STABLE),
-        (run.ckpt("trainer"), COMMITTED),
-        (run.ckpt("orchestrator"), COMMITTED),
-    ):
-        for s, path in step_dirs(parent, marker).items():
-            # weights/step_s is the policy the resumed step s starts from; rollouts/step_s is redone.
-            if s > step or (parent == run.rollouts and s >= step):
-                shutil.rmtree(path, ignore_errors=True)
-    return step
+    """The step the next attempt resumes from (training.rundir.resume_point has the rules)."""
+    return rundir_resume_point(run)
 
 
 @dataclass

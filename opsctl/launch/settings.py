@@ -37,6 +37,9 @@ class LaunchSection:
     # it restarts on other nodes, so resubmit is the default there.
     requeue_mode: str = "resubmit"
     # Python on the compute nodes with opsctl and training importable, and the directory to run in.
+    # On a cluster provisioned by site.yml that is the training runtime on the NFS share
+    # (roles/training_runtime): python = "/shared/opsctl/runtime/current/bin/python"; the
+    # default suits a host where opsctl is installed into python3 (the simulated cluster).
     python: str = "python3"
     workdir: str = field(default="", metadata={"path": True})
     # InfiniBand HCAs for NCCL_IB_HCA; empty: discover them (from /sys/class/infiniband) on the

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from training.envs import arithmetic, long_tail, reverse_text
-from training.envs.base import Environment, Parser, Rubric, Task
+from training.envs.base import Environment, Parser, Rubric, Task, prompt_ids
 
 REGISTRY: dict[str, Callable[..., Environment]] = {
     "arithmetic": arithmetic.load_environment,
@@ -27,4 +27,4 @@ def load_environment(name: str, **kwargs: Any) -> Environment:
         raise ValueError(f"env.kwargs: {exc}") from None
 
 
-__all__ = ["REGISTRY", "Environment", "Parser", "Rubric", "Task", "load_environment"]
+__all__ = ["REGISTRY", "Environment", "Parser", "Rubric", "Task", "load_environment", "prompt_ids"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -51,10 +52,26 @@ class Environment:
     eval_dataset: Sequence[Task]
     rubric: Rubric
     parser: Parser = field(default_factory=Parser)
+    # Strings that end a completion, sent as the OpenAI `stop` list with every request. The
+    # parser's end-of-answer marker must be among them, or answers would run on to max_tokens.
+    stop_sequences: tuple[str, ...] = ("\n",)
+
+    def __post_init__(self) -> None:
+        if not self.stop_sequences or any(not s for s in self.stop_sequences):
+            raise ValueError(f"{self.name}: stop_sequences must be non-empty strings")
+        if self.parser.stop not in self.stop_sequences:
+            raise ValueError(f"{self.name}: parser end marker {self.parser.stop!r} is not a stop string")
 
     def demonstration(self, task: Task) -> str:
         """The SFT target for a task: the answer then the end-of-answer marker."""
         return task.answer + self.parser.stop
+
+
+def prompt_ids(tokenizer: Any, prompt: str) -> list[int]:
+    """Token ids of a prompt: BOS first when the tokenizer has one (Qwen's has none), then the text."""
+    ids = list(tokenizer.encode(prompt, add_special_tokens=False))
+    bos = getattr(tokenizer, "bos_token_id", None)
+    return ids if bos is None else [int(bos), *ids]
 
 
 def exact_answer(completion: str, task: Task, parser: Parser) -> float:

@@ -48,5 +48,10 @@ def load_environment(
     train = make("rev-", num_train)
     rubric = Rubric(funcs=[exact_answer, similarity], weights=[1.0, similarity_weight])
     return Environment(
-        name="reverse_text", dataset=train, eval_dataset=eval_set, rubric=rubric, parser=Parser()
+        name="reverse_text",
+        dataset=train,
+        eval_dataset=eval_set,
+        rubric=rubric,
+        parser=Parser(),
+        stop_sequences=("\n",),
     )

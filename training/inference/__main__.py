@@ -32,8 +32,18 @@ def main(argv: list[str] | None = None) -> None:
     path = run.initial_model(cfg)
     model = load_model(path, cfg.model.dtype, device)
     tokenizer = load_tokenizer(path)
-    stop_ids = {tokenizer.eos_token_id, *tokenizer.encode("\n", add_special_tokens=False)}
-    engine = Engine(model, tokenizer.pad_token_id, stop_ids, cfg.inference.max_batch_size, 0, device)
+    # EOS ends every sequence; environment-specific stops (e.g. the newline after an answer) come
+    # with each request as OpenAI `stop` strings.
+    stop_ids = {tokenizer.eos_token_id} - {None}
+    engine = Engine(
+        model,
+        tokenizer.pad_token_id,
+        stop_ids,
+        cfg.inference.max_batch_size,
+        0,
+        device,
+        kv_cache=cfg.inference.kv_cache,
+    )
     server = InferenceServer(engine, tokenizer, str(path), cfg.inference.host, cfg.inference.port)
     host = cfg.inference.host if cfg.inference.host not in ("0.0.0.0", "") else socket.gethostname()
     url = f"http://{host}:{server.port}"

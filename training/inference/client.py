@@ -162,6 +162,8 @@ class OpenAICompatClient:
             body["stop"] = list(stops)
         if seed is not None:
             body["seed"] = seed
+        if stop:
+            body["stop"] = list(stop)  # OpenAI `stop`: the environment's end-of-answer strings
         out = self._request("POST", "/v1/completions", body)
         where = f"POST {self.base_url}/v1/completions"
         if not isinstance(out, dict) or not isinstance(out.get("choices"), list):

@@ -1,21 +1,32 @@
-"""A small torch inference engine with continuous batching and in-place weight updates.
+"""A small torch inference engine with continuous batching, a KV cache and in-place weight updates.
 
 Sequences join the running batch between decode steps and leave as soon as they finish, so a
 long request never holds back a short one. `pause()` returns once the current decode step is done;
 weights can then be swapped and `resume()` carries on with every in-flight sequence intact (its
-tokens keep the policy version they were sampled with). Each step recomputes the full prefix
-(no KV cache): right for the tiny CPU models of tests and the demo; GPU deployments use vLLM.
+tokens keep the policy version they were sampled with).
+
+With `kv_cache` (the default) the running batch keeps one left-padded key/value cache: a joining
+sequence is prefilled on its own and its cache merged in, a leaving one is dropped from it, and each
+decode step feeds one token per sequence. A weight update drops the cache, so the next step
+re-prefills every in-flight sequence with the new weights: tokens and logprobs are the same as
+when every step recomputes the full prefix (`kv_cache=False`, kept for comparison and the bench).
+Right for the tiny CPU models of tests and the demo; GPU deployments use vLLM.
 """
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 
 @dataclass
@@ -28,6 +39,8 @@ class Sequence:
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     finish_reason: str | None = None
+    stop: tuple[str, ...] = ()  # strings that end the sequence once its text contains one
+    stop_reason: str | None = None  # the stop string that ended it, if any
 
 
 @dataclass
@@ -43,6 +56,75 @@ class Request:
         return self.seqs
 
 
+Layers = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [B, heads, T, head_dim]
+
+
+def _layers(cache: DynamicCache) -> Layers:
+    """The cached tensors, or [] while nothing is cached (layers are created lazily)."""
+    if not cache.layers or getattr(cache.layers[0], "keys", None) is None:
+        return []
+    out: Layers = []
+    for layer in cache.layers:
+        if type(layer) is not DynamicLayer:
+            # Sliding-window or linear-attention layers keep state that cannot be padded and merged.
+            raise NotImplementedError("kv_cache supports full-attention layers only; set kv_cache=False")
+        assert isinstance(layer, DynamicLayer) and layer.keys is not None and layer.values is not None
+        out.append((layer.keys, layer.values))
+    return out
+
+
+@dataclass
+class KVBatch:
+    """The running batch's cache. Row i caches every token of rows[i] but the last (that one is fed
+    at the next decode step), right-aligned: `mask` is 0 over the left padding."""
+
+    rows: list[Sequence]
+    layers: Layers
+    mask: torch.Tensor  # [B, T], long
+    # The transformers cache holding `layers`, reused by the next decode step as long as the rows
+    # stay the same (rebuilding it copies every layer).
+    cache: DynamicCache | None = None
+
+    @property
+    def width(self) -> int:
+        return int(self.mask.shape[1])
+
+    def select(self, keep: list[int]) -> KVBatch | None:
+        """Only the rows `keep`, without the leading columns that are padding in all of them."""
+        if not keep:
+            return None
+        if keep == list(range(len(self.rows))) and bool(self.mask[:, :1].any()):
+            return self  # unchanged: the next step reuses the cache object
+        idx = torch.tensor(keep, dtype=torch.long)
+        mask = self.mask[idx]
+        real = mask.any(0).nonzero()
+        first = int(real[0]) if len(real) else mask.shape[1]
+        layers = [(k[idx.to(k.device), :, first:], v[idx.to(v.device), :, first:]) for k, v in self.layers]
+        return KVBatch([self.rows[i] for i in keep], layers, mask[:, first:])
+
+    def merge(self, other: KVBatch) -> KVBatch:
+        """Both batches' rows, the narrower one padded on the left."""
+        width = max(self.width, other.width)
+        ref = self.layers or other.layers
+
+        def padded(b: KVBatch) -> Layers:
+            out = []
+            for i, (rk, rv) in enumerate(ref):
+                if b.layers:
+                    k, v = b.layers[i]
+                else:  # nothing cached yet (one-token prefixes): zero columns of the right shape
+                    k = rk.new_zeros(len(b.rows), rk.shape[1], 0, rk.shape[3])
+                    v = rv.new_zeros(len(b.rows), rv.shape[1], 0, rv.shape[3])
+                pad = (0, 0, width - k.shape[2], 0)
+                out.append((F.pad(k, pad), F.pad(v, pad)))
+            return out
+
+        a, b = padded(self), padded(other)
+        layers = [(torch.cat([ka, kb]), torch.cat([va, vb])) for (ka, va), (kb, vb) in zip(a, b, strict=True)]
+        mask = torch.cat([F.pad(x.mask, (width - x.width, 0)) for x in (self, other)])
+        return KVBatch(self.rows + other.rows, layers, mask)
+
+
 class Engine:
     def __init__(
         self,
@@ -52,13 +134,22 @@ class Engine:
         max_batch_size: int = 64,
         version: int = 0,
         device: str = "cpu",
+        kv_cache: bool = True,
+        detokenize: Callable[[list[int]], str] | None = None,
     ) -> None:
         self.model = model.eval()
-        self.pad_id = pad_id
-        self.stop_ids = set(stop_ids)
+        self.pad_id = pad_id if pad_id is not None else 0  # any id works under the attention mask
+        self.stop_ids = {int(t) for t in stop_ids if t is not None}
         self.max_batch_size = max_batch_size
         self.version = version
         self.device = device
+        self.kv_cache = kv_cache
+        # Token ids to text, for stop strings; the server sets it from its tokenizer.
+        self.detokenize = detokenize
+        self._kv: KVBatch | None = None  # only the loop thread touches it, or a paused engine
+        # transformers renamed the cache argument (past_key_values -> cache) in 5.x.
+        params = inspect.signature(self.model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
         self._cv = threading.Condition()
         self._waiting: list[tuple[Request, Sequence]] = []
         self._active: list[tuple[Request, Sequence]] = []
@@ -80,9 +171,15 @@ class Engine:
         max_tokens: int = 16,
         temperature: float = 1.0,
         seed: int | None = None,
+        stop: Iterable[str] = (),
     ) -> Request:
         if not prompts or any(not p for p in prompts):
             raise ValueError("empty prompt")
+        stops = tuple(stop)
+        if any(not x for x in stops):
+            raise ValueError("stop strings must be non-empty")
+        if stops and self.detokenize is None:
+            raise ValueError("stop strings need an engine with a detokenizer")
         req = Request(id=next(self._ids), seqs=[])
         base = seed if seed is not None else int(torch.randint(0, 2**31, (1,)).item())
         for i, p in enumerate(prompts):
@@ -91,7 +188,7 @@ class Engine:
                 # Each sequence draws from its own generator: the same seed gives the same sample
                 # whatever else shares the batch.
                 g.manual_seed((base * 1_000_003 + i * 1009 + j) % 2**63)
-                req.seqs.append(Sequence(list(p), max_tokens, temperature, g))
+                req.seqs.append(Sequence(list(p), max_tokens, temperature, g, stop=stops))
         req.pending = len(req.seqs)
         with self._cv:
             if self._stop:
@@ -131,6 +228,8 @@ class Engine:
                 raise ValueError(f"weights do not match the model: missing={missing} unexpected={unexpected}")
             self.version = version
             self.updates += 1
+            # The cached keys/values came from the old weights: re-prefill in-flight sequences.
+            self._kv = None
         finally:
             if not was_paused:
                 self.resume()
@@ -171,25 +270,9 @@ class Engine:
 
     @torch.no_grad()
     def _step(self, batch: list[tuple[Request, Sequence]]) -> None:
-        rows = [s.prompt + s.tokens for _, s in batch]
-        width = max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        attn = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):  # left padding: the next-token logits sit in the last column
-            ids[i, width - len(r) :] = torch.tensor(r)
-            attn[i, width - len(r) :] = 1
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        logits = (
-            self.model(
-                input_ids=ids.to(self.device),
-                attention_mask=attn.to(self.device),
-                position_ids=pos.to(self.device),
-            )
-            .logits[:, -1]
-            .float()
-            .cpu()
-        )
-        for i, (_, s) in enumerate(batch):
+        seqs = [s for _, s in batch]
+        logits = self._logits_cached(seqs) if self.kv_cache else self._logits_full(seqs)
+        for i, s in enumerate(seqs):
             if s.temperature > 0:
                 lp = torch.log_softmax(logits[i] / s.temperature, dim=-1)
                 tok = int(torch.multinomial(lp.exp(), 1, generator=s.generator).item())
@@ -201,7 +284,75 @@ class Engine:
             s.versions.append(self.version)
             if tok in self.stop_ids:
                 s.finish_reason = "stop"
+            elif s.stop and (hit := self._stop_string(s)) is not None:
+                s.finish_reason, s.stop_reason = "stop", hit
             elif len(s.tokens) >= s.max_tokens:
                 s.finish_reason = "length"
         self.tokens_generated += len(batch)
         self.steps += 1
+
+    def _stop_string(self, s: Sequence) -> str | None:
+        """The stop string the newest token completed, if any. Only the tail is decoded: an earlier
+        match would have ended the sequence at an earlier step."""
+        assert self.detokenize is not None  # submit() refuses stop strings without one
+        tail = self.detokenize(s.tokens[-(max(len(x) for x in s.stop) + 4) :])
+        hits = [x for x in s.stop if x in tail]
+        return min(hits, key=tail.index) if hits else None
+
+    def _forward(self, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor, cache: Any) -> Any:
+        return self.model(
+            input_ids=ids.to(self.device),
+            attention_mask=attn.to(self.device),
+            position_ids=pos.to(self.device),
+            use_cache=cache is not None,
+            logits_to_keep=1,
+            **{self._cache_kwarg: cache},
+        )
+
+    def _left_padded(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):  # left padding: the next-token logits sit in the last column
+            if r:
+                ids[i, width - len(r) :] = torch.tensor(r)
+                attn[i, width - len(r) :] = 1
+        return ids, attn, (attn.cumsum(-1) - 1).clamp(min=0)
+
+    def _logits_full(self, seqs: list[Sequence]) -> torch.Tensor:
+        """Next-token logits recomputing every sequence's whole prefix."""
+        ids, attn, pos = self._left_padded([s.prompt + s.tokens for s in seqs])
+        return self._forward(ids, attn, pos, None).logits[:, -1].float().cpu()
+
+    def _prefill(self, seqs: list[Sequence]) -> KVBatch:
+        """A cache for sequences joining the batch: all their tokens but the last."""
+        prefixes = [(s.prompt + s.tokens)[:-1] for s in seqs]
+        if max(len(p) for p in prefixes) == 0:  # BOS-only prompts: nothing to cache yet
+            return KVBatch(list(seqs), [], torch.zeros((len(seqs), 0), dtype=torch.long))
+        cache = DynamicCache()
+        ids, attn, pos = self._left_padded(prefixes)
+        self._forward(ids, attn, pos, cache)
+        return KVBatch(list(seqs), _layers(cache), attn)
+
+    def _logits_cached(self, seqs: list[Sequence]) -> torch.Tensor:
+        """Next-token logits from the cache plus one token per sequence; keeps the cache in step
+        with the batch: finished sequences leave it, new ones are prefilled into it."""
+        kv, present = self._kv, {id(s) for s in seqs}
+        if kv is not None:
+            kv = kv.select([i for i, r in enumerate(kv.rows) if id(r) in present])
+        cached = {id(r) for r in kv.rows} if kv is not None else set()
+        new = [s for s in seqs if id(s) not in cached]
+        if new:
+            fresh = self._prefill(new)
+            kv = fresh if kv is None else kv.merge(fresh)
+        assert kv is not None
+        last = torch.tensor([[r.tokens[-1] if r.tokens else r.prompt[-1]] for r in kv.rows], dtype=torch.long)
+        attn = torch.cat([kv.mask, torch.ones((len(kv.rows), 1), dtype=torch.long)], dim=1)
+        pos = kv.mask.sum(-1, keepdim=True)  # real tokens before the fed one
+        cache = kv.cache
+        if cache is None:
+            cache = DynamicCache(ddp_cache_data=kv.layers) if kv.layers else DynamicCache()
+        logits = self._forward(last, attn, pos, cache).logits[:, -1].float().cpu()
+        self._kv = KVBatch(kv.rows, _layers(cache), attn, cache)
+        row = {id(r): i for i, r in enumerate(kv.rows)}
+        return logits[torch.tensor([row[id(s)] for s in seqs])]

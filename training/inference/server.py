@@ -3,7 +3,10 @@
 GET  /health                 {"status": "ok", "version": N, "paused": bool}
 GET  /v1/models              the served model
 POST /v1/completions         prompt(s) as text or token ids, n, max_tokens, temperature, seed,
-                             logprobs, return_tokens_as_token_ids (vLLM's extension)
+                             stop (a string or list of strings), logprobs, and vLLM's extensions
+                             return_tokens_as_token_ids, include_stop_str_in_output and
+                             add_special_tokens (text prompts start with BOS when the tokenizer
+                             has one, as in vLLM; false leaves it out)
 POST /update_weights         {"weight_dir": DIR, "version": N}: load DIR/model.safetensors, then
                              pause, swap, resume: in-flight requests continue
 POST /pause, POST /resume
@@ -23,6 +26,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
 from safetensors.torch import load_file
 
+from training.envs.base import prompt_ids
 from training.inference.engine import Engine
 
 log = logging.getLogger("inference")
@@ -34,12 +38,22 @@ class BadRequest(ValueError):
 
 def _prompts(body: dict[str, Any], tokenizer: Any) -> list[list[int]]:
     p = body.get("prompt")
+    special = body.get("add_special_tokens", True)
+    if not isinstance(special, bool):
+        raise BadRequest("add_special_tokens must be true or false")
+
+    def encode(text: str) -> list[int]:
+        ids = prompt_ids(tokenizer, text) if special else tokenizer.encode(text, add_special_tokens=False)
+        if not ids:
+            raise BadRequest("prompt encodes to no tokens")
+        return list(ids)
+
     if isinstance(p, str):
-        return [tokenizer.encode(p, add_special_tokens=False)]
+        return [encode(p)]
     if isinstance(p, list) and p and all(isinstance(x, int) for x in p):
         return [list(p)]
     if isinstance(p, list) and p and all(isinstance(x, str) for x in p):
-        return [tokenizer.encode(x, add_special_tokens=False) for x in p]
+        return [encode(x) for x in p]
     if (
         isinstance(p, list)
         and p
@@ -53,6 +67,23 @@ class _HTTPServer(ThreadingHTTPServer):
     # The orchestrator keeps a request per in-flight group open: the default listen backlog of 5
     # overflows under load (connections reset, or SYN retries that stall a request for seconds).
     request_queue_size = 256
+def _stop(body: dict[str, Any]) -> list[str]:
+    stop = body.get("stop")
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(x, str) and x for x in stop):
+        raise BadRequest("stop must be a non-empty string or a list of non-empty strings")
+    return list(stop)
+
+
+def _cut_at_stop(text: str, stop: str | None, include: bool) -> str:
+    """OpenAI semantics: the text ends before the stop string (with it, when include)."""
+    if stop is None or stop not in text:
+        return text
+    end = text.index(stop) + (len(stop) if include else 0)
+    return text[:end]
 
 
 class InferenceServer:
@@ -73,6 +104,8 @@ class InferenceServer:
         )
         self.m_inflight = Gauge("opsctl_inference_in_flight", "Sequences in flight", registry=self.registry)
         self._update_lock = threading.Lock()
+        if engine.detokenize is None:  # stop strings are matched on text
+            engine.detokenize = lambda ids: str(tokenizer.decode(ids, skip_special_tokens=True))
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -150,6 +183,8 @@ class InferenceServer:
         if n < 1 or max_tokens < 1 or temperature < 0:
             raise BadRequest("n and max_tokens must be >= 1, temperature >= 0")
         seed = body.get("seed")
+        stop = _stop(body)
+        include_stop = bool(body.get("include_stop_str_in_output", False))
         as_ids = bool(body.get("return_tokens_as_token_ids", False))
         want_lp = body.get("logprobs") is not None
         self.m_requests.inc()
@@ -159,6 +194,7 @@ class InferenceServer:
             max_tokens=max_tokens,
             temperature=temperature,
             seed=None if seed is None else int(seed),
+            stop=stop,
         )
         seqs = req.wait()
         choices = []
@@ -166,8 +202,12 @@ class InferenceServer:
             toks = [f"token_id:{t}" if as_ids else self.tokenizer.decode([t]) for t in s.tokens]
             choice: dict[str, Any] = {
                 "index": idx,
-                "text": self.tokenizer.decode(s.tokens, skip_special_tokens=True),
+                # Token ids and logprobs keep every sampled token; only the text is cut at the stop.
+                "text": _cut_at_stop(
+                    self.tokenizer.decode(s.tokens, skip_special_tokens=True), s.stop_reason, include_stop
+                ),
                 "finish_reason": s.finish_reason,
+                "stop_reason": s.stop_reason,
                 # Not in vLLM: the policy versions that produced this completion's tokens.
                 "policy_version": [min(s.versions), max(s.versions)],
                 "logprobs": None,

@@ -32,7 +32,7 @@ import torch
 
 from training.common import seed_all, set_threads
 from training.config import JobConfig, load_config
-from training.envs import Environment, load_environment
+from training.envs import Environment, load_environment, prompt_ids
 from training.fsutil import COMMITTED, STABLE, latest_step, publish_dir, step_dirs
 from training.inference.client import Completion, OpenAICompatClient
 from training.metrics import Metrics
@@ -154,8 +154,14 @@ class Orchestrator:
         self.step = self.sched.taken = int(state["step"])
 
     # -- generation -----------------------------------------------------------------------------
+    @property
+    def stop_strings(self) -> list[str]:
+        """The environment's stop strings, then any extra ones from inference.stop."""
+        env = list(self.env.stop_sequences)
+        return env + [s for s in self.cfg.inference.stop if s not in env]
+
     def _prompt_ids(self, prompt: str) -> list[int]:
-        return [self.tok.bos_token_id, *self.tok.encode(prompt, add_special_tokens=False)]
+        return prompt_ids(self.tok, prompt)
 
     def generate(
         self, indices: list[int], n: int, temperature: float, seed: int, dataset: Any = None
@@ -172,6 +178,7 @@ class Orchestrator:
                 self.cfg.inference.max_tokens,
                 temperature,
                 seed + k,
+                stop=self.stop_strings,
             )
             for k, (c, part) in enumerate(zip(self.clients, parts, strict=True))
             if part
@@ -205,7 +212,9 @@ class Orchestrator:
             text = self.tok.decode(c.tokens, skip_special_tokens=True)
             reward, _parts = self.env.rubric.score(text, task, self.env.parser)
             version = c.versions[0] if c.versions else fallback_version
-            rollouts.append(Rollout(prompt, c.tokens, c.logprobs, reward, version))
+            rollouts.append(
+                Rollout(prompt, c.tokens, c.logprobs, reward, version, truncated=c.finish_reason == "length")
+            )
         for r, a in zip(
             rollouts, group_advantages([r.reward for r in rollouts], self.oc.normalize_adv_std), strict=True
         ):
@@ -246,9 +255,10 @@ class Orchestrator:
 
     # -- batches --------------------------------------------------------------------------------
     def publish(self, step: int, groups: list[RolloutGroup]) -> int:
-        micro = pack(to_samples(groups), self.oc.micro_batch_tokens, self.oc.pack_row_tokens)
+        samples = to_samples(groups, self.oc.mask_truncated)
+        micro = pack(samples, self.oc.micro_batch_tokens, self.oc.pack_row_tokens)
         ranks = shard(micro, self.cfg.trainer.world_size)
-        loss_tokens = sum(len(r.completion) for g in groups for r in g.rollouts)
+        loss_tokens = sum(sum(s.loss_mask) for s in samples)  # the loss is normalised over these
         pad = self.tok.pad_token_id
 
         def fill(tmp: Path) -> None:
@@ -360,6 +370,7 @@ class Orchestrator:
                 "rollouts_per_s": n_roll / max(now - t_prev, 1e-9),
                 "step_time": now - t_prev,
                 "completion_tokens": loss_tokens,
+                "truncated_completions": sum(r.truncated for g in groups for r in g.rollouts),
                 "off_policy_lag_hist": {str(k): v for k, v in sorted(hist.items())},
                 "off_policy_lag_max": max(lags),
                 "dropped_groups": dropped,

@@ -19,6 +19,7 @@ class Rollout:
     reward: float
     version: int  # oldest policy version among the completion's tokens
     advantage: float = 0.0
+    truncated: bool = False  # cut off at max_tokens (finish_reason "length")
 
 
 @dataclass
@@ -69,15 +70,19 @@ class Sample:
     advantages: list[float]
 
 
-def to_samples(groups: list[RolloutGroup]) -> list[Sample]:
+def to_samples(groups: list[RolloutGroup], mask_truncated: bool = False) -> list[Sample]:
+    """One sample per rollout; the loss covers completion tokens, except, with `mask_truncated`,
+    those of completions cut off at max_tokens (their reward judges an answer never finished).
+    They still count in their group's advantage baseline."""
     out = []
     for g in groups:
         for r in g.rollouts:
             n_p, n_c = len(r.prompt), len(r.completion)
+            weight = 0 if mask_truncated and r.truncated else 1
             out.append(
                 Sample(
                     input_ids=r.prompt + r.completion,
-                    loss_mask=[0] * n_p + [1] * n_c,
+                    loss_mask=[0] * n_p + [weight] * n_c,
                     logprobs=[0.0] * n_p + list(r.logprobs),
                     advantages=[0.0] * n_p + [r.advantage] * n_c,
                 )

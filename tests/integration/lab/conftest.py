@@ -23,7 +23,7 @@ def _can_run_lab() -> str | None:
     return None
 
 
-def boot_lab(tmp_path_factory: pytest.TempPathFactory, nodes: int) -> Iterator[RunningLab]:
+def boot_lab(tmp_path_factory: pytest.TempPathFactory, nodes: int, *up_args: str) -> Iterator[RunningLab]:
     reason = _can_run_lab()
     if reason:
         pytest.skip(reason)
@@ -39,7 +39,7 @@ def boot_lab(tmp_path_factory: pytest.TempPathFactory, nodes: int) -> Iterator[R
         del os.environ["OPSCTL_LAB_STATE"]
     running = RunningLab(cfg, root / "inventory", env)
     try:
-        running.opsctl("up", "--nodes", str(nodes), "--json", timeout=1800)
+        running.opsctl("up", "--nodes", str(nodes), "--json", *up_args, timeout=1800)
         yield running
     finally:
         # Keep the machines' console logs (pytest keeps its recent temp dirs) for post-mortems.

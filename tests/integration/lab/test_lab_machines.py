@@ -1,15 +1,18 @@
 """The machine lab end to end: boot, simulated hardware, converge with site.yml, Slurm, Prometheus,
-an injected fault reaching Prometheus, and a teardown that leaves nothing behind."""
+an injected fault reaching Prometheus, the training runtime on the NFS stand-in run by a Slurm job,
+and a teardown that leaves nothing behind."""
 
 from __future__ import annotations
 
 import json
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import boot_lab
 from lab_helpers import GPU_NODES, Converged, RunningLab, lab_status, wait_for
 
 from opsctl.lab import machines, net
@@ -18,7 +21,31 @@ from opsctl.lab.converge import ConvergeResult
 # The first test also builds the image (first run on a machine) and converges twice in its fixtures.
 pytestmark = [pytest.mark.integration, pytest.mark.lab, pytest.mark.slow, pytest.mark.timeout(1800)]
 
+RUNTIME = "/shared/opsctl/runtime"
+# Run by the runtime's python on a GPU machine under Slurm: the project and torch from the share,
+# a tiny model of training.model, one forward pass.
+RUNTIME_JOB = """
+import json, os, sys, torch, opsctl, training
+from transformers import AutoModelForCausalLM
+from training.config import ModelConfig
+from training.model import build_char_tokenizer, tiny_config
+tok = build_char_tokenizer()
+torch.manual_seed(0)
+model = AutoModelForCausalLM.from_config(tiny_config(ModelConfig(), len(tok), tok))
+ids = torch.tensor([tok.encode("7+8=15\\n")])
+with torch.no_grad():
+    logits = model(input_ids=ids).logits
+real = os.path.realpath
+print(json.dumps({"prefix": real(sys.prefix), "torch": torch.__version__, "training": real(training.__file__),
+                  "opsctl": real(opsctl.__file__), "logits": list(logits.shape),
+                  "finite": bool(torch.isfinite(logits).all())}))
+"""
 
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
+    """The default lab, with the training runtime's wheelhouse staged into the NFS stand-in."""
+    yield from boot_lab(tmp_path_factory, GPU_NODES, "--runtime")
 
 
 def prom_query(lab: RunningLab, query: str) -> list[dict[str, Any]]:
@@ -112,6 +139,25 @@ def test_slurm_lists_gpu_nodes_idle_and_runs_on_both(lab: RunningLab, converged:
     run = lab.ssh("head-01", "srun", f"-N{GPU_NODES}", "--gres=gpu:h200:8", "hostname")
     assert run.returncode == 0, run.stderr
     assert sorted(run.stdout.split()) == ["gpu-001", "gpu-002"]
+
+
+def test_a_slurm_job_runs_the_training_runtime_from_the_share(lab: RunningLab, converged: Converged) -> None:
+    """site.yml built the runtime once (on gpu-001) on the NFS stand-in; a job on the other GPU
+    machine imports torch and the training package from /shared and runs a forward pass."""
+    assert "the lab's stand-in for the NFS mount" in converged.first.output
+    current = lab.ssh("gpu-002", "readlink", f"{RUNTIME}/current")
+    assert current.stdout.strip() == "opsctl-0.1.0/venv", current.stdout + current.stderr
+    python = f"{RUNTIME}/current/bin/python"
+    job = lab.ssh("head-01", "srun", "-N1", "-w", "gpu-002", python, "-c", RUNTIME_JOB, timeout=300)
+    assert job.returncode == 0, job.stdout + job.stderr
+    got = json.loads(job.stdout.strip().splitlines()[-1])
+    venv = f"{RUNTIME}/opsctl-0.1.0/venv"
+    assert got["prefix"] == venv and got["torch"] == "2.13.0+cpu"
+    assert got["training"].startswith(f"{venv}/lib/python3.11/site-packages/training/")
+    assert got["opsctl"].startswith(f"{venv}/lib/python3.11/site-packages/opsctl/")
+    assert len(got["logits"]) == 3 and got["logits"][0] == 1 and got["logits"][1] >= 7 and got["finite"]
+    # the share is one file system: the machine that built it and the one that ran the job agree
+    assert lab.ssh("gpu-001", "test", "-x", f"{venv}/bin/python").returncode == 0
 
 
 def test_prometheus_has_dcgm_series_for_every_simulated_gpu(lab: RunningLab, converged: Converged) -> None:

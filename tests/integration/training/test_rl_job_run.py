@@ -43,6 +43,7 @@ def test_async_bounds_hold_in_a_real_run(tmp_path: Path, jobs) -> None:  # type:
         assert r["off_policy_lag_max"] <= max_off
         assert set(map(int, r["off_policy_lag_hist"])) <= set(range(max_off + 1))
         assert r["rollouts"] == 4 * 4
+        assert 0 <= r["truncated_completions"] <= r["rollouts"]
     # With k=2 but max_off_policy_steps=1, continuous scheduling never requests a group two batches
     # ahead of its policy (it could only be dropped); groups that fall behind in flight are
     # cancelled, not finished. Drops and cancellations are counted consistently. (The batch

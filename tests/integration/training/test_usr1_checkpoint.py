@@ -7,11 +7,17 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
-from rljob_helpers import FAST, launch_argv, metrics
+from rljob_helpers import DEMO, FAST, ROOT, launch_argv, metrics
+
+from training.config import dump_toml, load_config
+from training.fsutil import is_committed
+from training.sft import EXIT_STOPPED
 
 pytestmark = pytest.mark.integration
 
@@ -60,3 +66,35 @@ def test_usr1_checkpoints_trainer_and_orchestrator_at_the_same_step(tmp_path: Pa
 
 def _metrics(out: Path) -> list[dict]:  # type: ignore[type-arg]
     return metrics(out) if (out / "metrics.jsonl").exists() else []
+
+
+def test_usr1_during_sft_stops_it_cleanly_and_a_rerun_redoes_it(tmp_path: Path) -> None:
+    """Slurm's warning can come while SFT runs: SFT stops at the next step with EXIT_STOPPED and
+    publishes nothing, so the requeued attempt runs SFT again from a clean directory."""
+    out = tmp_path / "run"
+    out.mkdir()
+    cfg = load_config(DEMO, [*FAST, "sft.steps=100000"])
+    (out / "config.toml").write_text(dump_toml(cfg))
+    argv = [sys.executable, "-m", "training.sft", "--run-dir", str(out)]
+    log = tmp_path / "sft.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 300
+        while not any(r.get("stage") == "sft" for r in _metrics(out)):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGUSR1)
+        assert proc.wait(timeout=60) == EXIT_STOPPED, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "SIGUSR1: stopped before SFT step" in log.read_text()
+    assert not (out / "sft" / "final").exists()
+    assert not (out / "sft").exists() or list((out / "sft").iterdir()) == []
+    # The next attempt (here with fewer steps, to be quick) publishes SFT where the first stopped.
+    rerun = subprocess.run([*argv, "-o", "sft.steps=3"], capture_output=True, text=True, cwd=ROOT,
+                           timeout=300, check=False)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert is_committed(out / "sft" / "final")

@@ -1,10 +1,12 @@
 import threading
+import time
 from pathlib import Path
 
+import pytest
 import torch
 
-from training.inference.engine import Engine
-from training.model import load_model, load_tokenizer
+from training.inference.engine import Engine, Sequence
+from training.model import load_model, load_tokenizer, token_logprobs
 
 
 def make_engine(path: Path, max_batch_size: int = 8) -> tuple[Engine, object]:
@@ -76,3 +78,87 @@ def test_pause_blocks_generation_until_resume(tiny_model_dir: Path) -> None:
         assert req.wait(30)[0].finish_reason == "length"
     finally:
         eng.stop()
+
+
+def run_mixed_workload(path: Path, kv_cache: bool) -> list[Sequence]:
+    """Prompts of different lengths (one of them BOS only), greedy and sampled, with a request that
+    joins the running batch mid-way and short ones that leave it early: max_batch_size=4 makes
+    sequences wait and join as others finish."""
+    tok = load_tokenizer(path)
+    eng = Engine(load_model(path), tok.pad_token_id, set(), max_batch_size=4, kv_cache=kv_cache)
+    try:
+        eng.pause()
+        greedy = eng.submit([[1, 5, 6], [1, 7, 8, 9, 10, 11, 12], [1]], n=2, max_tokens=12, temperature=0.0)
+        sampled = eng.submit([[1, 9], [1, 20, 21, 22, 23]], n=1, max_tokens=20, temperature=1.0, seed=3)
+        eng.resume()
+        while eng.steps < 4:
+            time.sleep(0.001)
+        late = eng.submit([[1, 30, 31, 32, 33, 34, 35, 36, 37, 38]], n=2, max_tokens=5, temperature=0.0)
+        return [s for r in (greedy, sampled, late) for s in r.wait(60)]
+    finally:
+        eng.stop()
+
+
+def test_kv_cache_gives_the_same_tokens_and_logprobs_as_recomputing(tiny_model_dir: Path) -> None:
+    cached = run_mixed_workload(tiny_model_dir, kv_cache=True)
+    full = run_mixed_workload(tiny_model_dir, kv_cache=False)
+    assert len(cached) == len(full) == 10
+    for a, b in zip(cached, full, strict=True):
+        assert a.tokens == b.tokens
+        assert len(a.tokens) == a.max_tokens
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) <= 1e-5
+
+
+def test_kv_cache_is_rebuilt_after_a_weight_update(tiny_model_dir: Path) -> None:
+    # Every token's logprob must be the one the weights of its own version give: keys and values
+    # cached under the old weights must not leak into steps after the update.
+    eng, _ = make_engine(tiny_model_dir, max_batch_size=4)
+    old = {k: v.clone() for k, v in eng.model.state_dict().items()}
+    new = {k: v + 0.05 * torch.randn_like(v) for k, v in old.items()}
+    prompts = [[1, 5, 6, 7], [1, 8]]
+    try:
+        req = eng.submit(prompts, n=1, max_tokens=30, temperature=1.0, seed=5)
+        while eng.steps < 5:
+            time.sleep(0.001)
+        eng.update_weights(new, version=1)
+        seqs = req.wait(60)
+    finally:
+        eng.stop()
+    models = {0: load_model(tiny_model_dir), 1: load_model(tiny_model_dir)}
+    models[1].load_state_dict(new)
+    for prompt, s in zip(prompts, seqs, strict=True):
+        assert s.versions[0] == 0 and s.versions[-1] == 1
+        ids = torch.tensor([prompt + s.tokens])
+        for version, model in models.items():
+            lp = token_logprobs(model, ids, torch.ones_like(ids))[0, len(prompt) :]
+            mine = [i for i, v in enumerate(s.versions) if v == version]
+            assert torch.allclose(lp[mine], torch.tensor(s.logprobs)[mine], atol=1e-5)
+
+
+def test_stop_strings_end_a_sequence_at_their_first_occurrence(tiny_model_dir: Path) -> None:
+    tok = load_tokenizer(tiny_model_dir)
+
+    def detok(ids: list[int]) -> str:
+        return str(tok.decode(ids, skip_special_tokens=True))
+
+    eng = Engine(load_model(tiny_model_dir), tok.pad_token_id, set(), 8, detokenize=detok)
+    try:
+        free = eng.submit([[1, 5, 6]], max_tokens=12, temperature=0.0).wait(30)[0]
+        text = detok(free.tokens)
+        # A two-character stop string taken from the middle of the greedy continuation.
+        stop = text[5:7]
+        first = text.index(stop) + len(stop)
+        s = eng.submit([[1, 5, 6]], max_tokens=12, temperature=0.0, stop=["never", stop]).wait(30)[0]
+        assert (s.finish_reason, s.stop_reason) == ("stop", stop)
+        assert detok(s.tokens) == text[:first]  # the tokens keep the stop string's own tokens
+        assert s.tokens == free.tokens[: len(s.tokens)]
+        unmatched = eng.submit([[1, 5, 6]], max_tokens=12, temperature=0.0, stop=["@@"]).wait(30)[0]
+        assert (unmatched.finish_reason, unmatched.stop_reason) == ("length", None)
+    finally:
+        eng.stop()
+    bare = Engine(load_model(tiny_model_dir), tok.pad_token_id, set(), 8)
+    try:
+        with pytest.raises(ValueError, match="detokenizer"):
+            bare.submit([[1, 5]], stop=["\n"])
+    finally:
+        bare.stop()

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import save_file
+from transformers import PreTrainedTokenizerFast
 
 from training.fsutil import publish_dir
 from training.inference.client import OpenAICompatClient, ServerError
@@ -61,3 +62,43 @@ def test_bad_requests_are_400(server: InferenceServer) -> None:
         client._request("POST", "/v1/completions", {"prompt": 5})
     text = client._request("POST", "/v1/completions", {"prompt": "12+3=", "max_tokens": 2, "temperature": 0})
     assert text["choices"][0]["logprobs"] is None and text["usage"]["completion_tokens"] == 2
+
+
+def test_stop_strings_cut_the_text_but_keep_the_tokens(server: InferenceServer) -> None:
+    client = OpenAICompatClient(f"http://127.0.0.1:{server.port}")
+    tok = server.tokenizer
+    prompt = [[1, 5, 40, 6, 45]]
+    (free,) = client.complete(prompt, n=1, max_tokens=12, temperature=0.0)[0]
+    stop = free.text[4:6]
+    cut = free.text.index(stop)
+    (c,) = client.complete(prompt, n=1, max_tokens=12, temperature=0.0, stop=[stop, "@@"])[0]
+    assert c.finish_reason == "stop"
+    assert c.text == free.text[:cut]  # OpenAI semantics: the text stops before the stop string
+    assert tok.decode(c.tokens, skip_special_tokens=True) == free.text[: cut + len(stop)]  # all tokens
+    assert c.tokens == free.tokens[: len(c.tokens)] and len(c.logprobs) == len(c.tokens)
+    body = {"prompt": prompt, "max_tokens": 12, "temperature": 0, "stop": stop}
+    out = client._request("POST", "/v1/completions", {**body, "include_stop_str_in_output": True})
+    raw = out["choices"][0]
+    assert (raw["text"], raw["stop_reason"]) == (free.text[: cut + len(stop)], stop)
+    for bad in ([1], "", [""], {"a": 1}):
+        with pytest.raises(ServerError, match="400"):
+            client._request("POST", "/v1/completions", {"prompt": prompt, "stop": bad})
+
+
+def test_text_prompts_get_bos_only_when_the_tokenizer_has_one(
+    tiny_model_dir: Path, no_bos_tokenizer: PreTrainedTokenizerFast
+) -> None:
+    for tok, bos in ((load_tokenizer(tiny_model_dir), 1), (no_bos_tokenizer, 0)):
+        eng = Engine(load_model(tiny_model_dir), tok.pad_token_id, set(), 4)
+        srv = InferenceServer(eng, tok, "tiny", "127.0.0.1", 0)
+        srv.start()
+        try:
+            client = OpenAICompatClient(f"http://127.0.0.1:{srv.port}")
+            body = {"prompt": ["12+3=", "4+5="], "max_tokens": 2, "temperature": 0}
+            out = client._request("POST", "/v1/completions", body)
+            assert out["usage"]["prompt_tokens"] == len("12+3=") + len("4+5=") + 2 * bos
+            assert len(out["choices"]) == 2
+            plain = client._request("POST", "/v1/completions", {**body, "add_special_tokens": False})
+            assert plain["usage"]["prompt_tokens"] == len("12+3=") + len("4+5=")
+        finally:
+            srv.shutdown()

@@ -1,0 +1,115 @@
+"""The training runtime's wheelhouse, staged by the host into the lab's stand-in share.
+
+Production stages a wheelhouse on the NFS share (or serves an internal index) and the
+`training_runtime` role builds a virtualenv from it with `pip --no-index`. The lab machines have
+no route out, so the host does the downloading: the project wheel is built here, its dependencies
+(torch pinned to the CPU build this host's pip has on disk) are downloaded once for the machines'
+Python (Debian 12: CPython 3.11, manylinux x86_64) into the lab cache, and both are linked into
+`<state>/shared/nfs/opsctl/wheelhouse`, which every machine sees as /shared/opsctl/wheelhouse.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from opsctl.lab.config import LabConfig
+from opsctl.lab.shell import LabCommandError, run
+
+PROJECT = "opsctl"
+# Exactly this release: pip then takes the CPU wheel; a looser pin resolves to a CUDA build.
+TORCH_REQUIREMENT = "torch==2.13.0"
+# The lab machines' interpreter (Debian bookworm's python3) and the wheels it can install.
+LAB_PYTHON_VERSION = "3.11"
+LAB_PLATFORMS: tuple[str, ...] = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux_2_5_x86_64",
+    "manylinux1_x86_64",
+)
+WHEELHOUSE_IN_SHARE = Path("opsctl/wheelhouse")  # under the NFS stand-in, /shared in the machines
+
+
+@dataclass(frozen=True)
+class StagedWheelhouse:
+    path: Path  # on the host
+    project_wheel: str  # file name
+    wheels: int
+    size_bytes: int
+
+
+def wheelhouse_dir(cfg: LabConfig) -> Path:
+    return cfg.shared_dir / "nfs" / WHEELHOUSE_IN_SHARE
+
+
+def cache_dir(cfg: LabConfig) -> Path:
+    return cfg.cache_dir / f"wheelhouse-cp{LAB_PYTHON_VERSION.replace('.', '')}"
+
+
+def staged(cfg: LabConfig) -> bool:
+    """True once a project wheel lies in the lab's wheelhouse (the inventory then enables the role)."""
+    return any(wheelhouse_dir(cfg).glob(f"{PROJECT}-*.whl"))
+
+
+def download_argv(dest: Path, requirements: list[str]) -> list[str]:
+    """`pip download` of binary wheels for the lab machines' Python, not this host's."""
+    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(dest)]
+    argv += ["--python-version", LAB_PYTHON_VERSION, "--implementation", "cp", "--only-binary=:all:"]
+    for platform in LAB_PLATFORMS:
+        argv += ["--platform", platform]
+    return argv + requirements
+
+
+def build_project_wheel(repo_root: Path, out: Path) -> Path:
+    """The project's wheel (opsctl and the training package) built from `repo_root` into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
+    run([*argv, "--wheel-dir", str(out), str(repo_root)], timeout=600)
+    wheels = sorted(out.glob(f"{PROJECT}-*.whl"))
+    if len(wheels) != 1:
+        raise LabCommandError(f"building the {PROJECT} wheel left {len(wheels)} wheels in {out}")
+    return wheels[0]
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)  # the cache and the state dir usually share a file system
+    except OSError:
+        shutil.copyfile(src, tmp)
+    tmp.chmod(0o644)
+    os.replace(tmp, dst)
+
+
+def stage(cfg: LabConfig, repo_root: Path) -> StagedWheelhouse:
+    """Build the project wheel, download what it needs (cached), and lay both out in the share."""
+    dest = wheelhouse_dir(cfg)
+    cache = cache_dir(cfg)
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="opsctl-wheel-") as tmp:
+        wheel = build_project_wheel(repo_root, Path(tmp))
+        # pip skips what the cache already holds; it would also save the project wheel there,
+        # which is why the project wheel is copied from the fresh build below, never the cache.
+        run(download_argv(cache, [str(wheel), TORCH_REQUIREMENT]), timeout=1800)
+        dest.mkdir(parents=True, exist_ok=True)
+        for old in dest.glob(f"{PROJECT}-*.whl"):
+            old.unlink()
+        for dep in sorted(cache.glob("*.whl")):
+            if not dep.name.startswith(f"{PROJECT}-"):
+                _link_or_copy(dep, dest / dep.name)
+        _link_or_copy(wheel, dest / wheel.name)
+    for d in (dest, dest.parent):
+        d.chmod(0o755)
+    wheels = sorted(dest.glob("*.whl"))
+    return StagedWheelhouse(
+        path=dest,
+        project_wheel=wheel.name,
+        wheels=len(wheels),
+        size_bytes=sum(w.stat().st_size for w in wheels),
+    )
