@@ -196,7 +196,7 @@ class Orchestrator:
         for attempt in range(3):
             try:
                 return self.clients[server].complete(
-                    prompts, self.oc.group_size, inf.max_tokens, inf.temperature, seed
+                    prompts, self.oc.group_size, inf.max_tokens, inf.temperature, seed, stop=self.stop_strings
                 )
             except OSError:  # connection refused or reset before an answer: same seed, same request
                 if attempt == 2:
