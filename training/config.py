@@ -55,6 +55,13 @@ class SFTConfig:
     weight_decay: float = 0.0
     num_demos: int = 256
     warmup_steps: int = 10
+    # Stop SFT early once the policy's sampled accuracy on `check_size` training problems (at the
+    # inference temperature) reaches this; 0 disables. `steps` stays the cap. Why: RL needs a
+    # start with headroom, and a fixed step count lands anywhere from 5% to 60% depending on the
+    # data draw, which made "RL improves over SFT" a coin toss; a target lands it near one point.
+    target_accuracy: float = 0.0
+    check_every: int = 25
+    check_size: int = 128
 
 
 @dataclass
@@ -286,6 +293,10 @@ def validate(cfg: JobConfig) -> None:
         raise ConfigError("orchestrator.eval_temperature: must be >= 0")
     if cfg.orchestrator.eval_size < 0:
         raise ConfigError("orchestrator.eval_size: must be >= 0")
+    if not 0 <= cfg.sft.target_accuracy <= 1:
+        raise ConfigError(f"sft.target_accuracy: must be in [0, 1], got {cfg.sft.target_accuracy}")
+    if cfg.sft.check_every < 1 or cfg.sft.check_size < 1:
+        raise ConfigError("sft.check_every/check_size: must be >= 1")
     for key, value in {"trainer.lr": cfg.trainer.lr, "sft.lr": cfg.sft.lr}.items():
         if not value > 0:
             raise ConfigError(f"{key}: must be > 0, got {value}")

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -70,6 +71,37 @@ def demo_batch(env: Environment, tokenizer: object, tasks: list, device: str) ->
     return ids, attn, loss_mask
 
 
+@torch.no_grad()
+def sampled_accuracy(
+    model: Any, tokenizer: Any, env: Environment, tasks: list, temperature: float, max_tokens: int, seed: int
+) -> float:
+    """Mean reward of one completion per task, sampled the way inference will (temperature, token
+    budget; greedy at 0), from its own generator so SFT's random state is untouched. A plain
+    left-padded decode loop: the budget is a few tokens, so no cache is worth it."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    prompts = [prompt_ids(tokenizer, t.prompt) for t in tasks]
+    width = max(len(p) for p in prompts)
+    pad = tokenizer.pad_token_id
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)
+    attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    for _ in range(max_tokens):
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits[:, -1].float()
+        if temperature > 0:
+            nxt = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=gen)
+        else:
+            nxt = logits.argmax(-1, keepdim=True)
+        ids = torch.cat([ids, nxt], dim=1)
+        attn = torch.cat([attn, torch.ones_like(nxt)], dim=1)
+    texts = tokenizer.batch_decode(ids[:, width:].tolist(), skip_special_tokens=True)
+    model.train(was_training)
+    scores = [env.rubric.score(text, task, env.parser)[0] for text, task in zip(texts, tasks, strict=True)]
+    return sum(scores) / len(scores)
+
+
 def run_sft(run: RunDir, cfg: JobConfig, stop: threading.Event | None = None) -> Path:
     if not cfg.sft.enabled:
         return ensure_base_model(run, cfg)
@@ -95,6 +127,10 @@ def run_sft(run: RunDir, cfg: JobConfig, stop: threading.Event | None = None) ->
     metrics = Metrics(run, "sft", port=None)
     model.train()
     order: list = []
+    # Problems for the accuracy target: training problems only (the held-out split stays unseen).
+    pool = list(env.dataset)
+    check_tasks = random.Random(cfg.seed + 1).sample(pool, min(cfg.sft.check_size, len(pool)))
+    steps_done, reached = cfg.sft.steps, None
     for step in range(cfg.sft.steps):
         if stop is not None and stop.is_set():
             metrics.close()
@@ -125,13 +161,31 @@ def run_sft(run: RunDir, cfg: JobConfig, stop: threading.Event | None = None) ->
                     "step_time": round(time.perf_counter() - t0, 4),
                 }
             )
+        if cfg.sft.target_accuracy > 0 and (step + 1) % cfg.sft.check_every == 0:
+            acc = sampled_accuracy(
+                model,
+                tokenizer,
+                env,
+                check_tasks,
+                cfg.inference.temperature,
+                cfg.inference.max_tokens,
+                cfg.seed + step,
+            )
+            metrics.log({"stage": "sft", "step": step, "train_accuracy": round(acc, 4)})
+            if acc >= cfg.sft.target_accuracy:
+                steps_done, reached = step + 1, acc
+                log.info("SFT reached sampled train accuracy %.3f at step %d; stopping", acc, step + 1)
+                break
     model.eval()
 
     def fill(tmp: Path) -> None:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
 
-    publish_dir(run.sft_final, fill, STABLE, {"steps": cfg.sft.steps, "demos": len(demos)})
+    info: dict[str, Any] = {"steps": steps_done, "demos": len(demos)}
+    if reached is not None:
+        info["train_accuracy"] = round(reached, 4)
+    publish_dir(run.sft_final, fill, STABLE, info)
     metrics.close()
     log.info("SFT done: %s", run.sft_final)
     return run.sft_final

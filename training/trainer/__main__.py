@@ -59,8 +59,17 @@ class Trainer:
             if self.cuda
             else torch.device("cpu")
         )
+        if self.cuda:
+            # Before the process group: NCCL binds each rank's communicator to the current device,
+            # and without this every rank of a node would guess from its global rank.
+            torch.cuda.set_device(self.device)
         if world > 1 and not dist.is_initialized():
-            dist.init_process_group("nccl" if self.cuda else "gloo", rank=rank, world_size=world)
+            dist.init_process_group(
+                "nccl" if self.cuda else "gloo",
+                rank=rank,
+                world_size=world,
+                device_id=self.device if self.cuda else None,
+            )
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
         self.fsdp = (self.cuda and world > 1) if fsdp is None else (fsdp and world > 1)
