@@ -111,6 +111,18 @@ class OrchestratorConfig:
     eval_temperature: float = 0.0
     eval_at_end: bool = True
     threads: int = 1
+    # "continuous": each group is its own request, up to max_inflight_groups per server, refilled
+    # as each finishes; "batch": one request per server per batch, waiting for its slowest
+    # completion (the old schedule, kept for comparison). async_level=0 always uses "batch": one
+    # request per server keeps the engine's batches, and so the log-probs, bitwise reproducible.
+    scheduling: str = "continuous"
+    max_inflight_groups: int = 0  # per server; 0: batch_groups spread over the servers
+    # Optional group filters (a filtered group is not trained on; its task is not re-queued).
+    filter_zero_advantage: bool = False  # all rewards equal: no learning signal
+    filter_too_easy: bool = False  # mean reward >= too_easy_mean_reward
+    too_easy_mean_reward: float = 1.0
+    filter_too_hard: bool = False  # mean reward <= too_hard_mean_reward
+    too_hard_mean_reward: float = 0.0
     # Completions cut off at max_tokens (finish_reason "length") get zero loss weight.
     mask_truncated: bool = True
 
@@ -158,6 +170,7 @@ _CHOICES = {
     "model.arch": {"qwen3", "glm4_moe", "llama"},
     "model.dtype": {"float32", "bfloat16", "float16"},
     "trainer.backend": {"auto", "gloo", "nccl"},
+    "orchestrator.scheduling": {"continuous", "batch"},
 }
 
 
@@ -272,6 +285,8 @@ def validate(cfg: JobConfig) -> None:
         raise ConfigError("orchestrator.async_level: must be >= 0")
     if cfg.orchestrator.max_off_policy_steps < 0:
         raise ConfigError("orchestrator.max_off_policy_steps: must be >= 0")
+    if cfg.orchestrator.max_inflight_groups < 0:
+        raise ConfigError("orchestrator.max_inflight_groups: must be >= 0 (0: automatic)")
     if cfg.orchestrator.eval_samples < 1:
         raise ConfigError("orchestrator.eval_samples: must be >= 1")
     if cfg.orchestrator.eval_temperature < 0:

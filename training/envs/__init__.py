@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from training.envs import arithmetic, reverse_text
+from training.envs import arithmetic, long_tail, reverse_text
 from training.envs.base import Environment, Parser, Rubric, Task, prompt_ids
 
 REGISTRY: dict[str, Callable[..., Environment]] = {
     "arithmetic": arithmetic.load_environment,
     "reverse_text": reverse_text.load_environment,
+    "long_tail": long_tail.load_environment,
 }
 
 

@@ -63,6 +63,10 @@ def _prompts(body: dict[str, Any], tokenizer: Any) -> list[list[int]]:
     raise BadRequest("prompt must be a string, a list of strings, token ids or lists of token ids")
 
 
+class _HTTPServer(ThreadingHTTPServer):
+    # The orchestrator keeps a request per in-flight group open: the default listen backlog of 5
+    # overflows under load (connections reset, or SYN retries that stall a request for seconds).
+    request_queue_size = 256
 def _stop(body: dict[str, Any]) -> list[str]:
     stop = body.get("stop")
     if stop is None:
@@ -167,7 +171,7 @@ class InferenceServer:
                     log.exception("request failed")
                     self._send(500, {"error": {"message": f"{type(exc).__name__}: {exc}"}})
 
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd = _HTTPServer((host, port), Handler)
         self.httpd.daemon_threads = True
         self.port = int(self.httpd.server_address[1])
 

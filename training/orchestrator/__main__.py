@@ -2,15 +2,17 @@
 
     python -m training.orchestrator --run-dir RUN_DIR [--resume-step N]
 
-Three threads share one lock:
+Threads sharing one lock:
 - the weight watcher pushes every newly committed weights/step_V to the inference servers as soon
-  as it appears (the servers pause, swap and resume without dropping in-flight requests);
-- the producer draws tasks, waits until the servers hold a policy at most `async_level` versions
-  older than the batch the groups will land in, requests `group_size` completions per task, scores
-  them with the environment's rubric and appends the groups to a buffer;
+  as it appears (the servers pause, swap and resume without dropping in-flight requests), then
+  tells the scheduler, which cancels in-flight groups that could only arrive too stale;
+- the producer (training.orchestrator.scheduler) draws tasks, waits until the servers hold a policy
+  at most `async_level` versions older than the batch the groups will land in, requests
+  `group_size` completions per task (continuously, a bounded number of groups per server, or a
+  batch at a time), scores them with the environment's rubric, filters them and buffers them;
 - the main thread builds batch s from the buffer, dropping (and re-queueing) groups whose policy is
-  more than `max_off_policy_steps` behind s, computes group-relative advantages, packs micro-batches
-  per trainer rank and publishes rollouts/step_s with a STABLE marker.
+  more than `max_off_policy_steps` behind s, packs micro-batches per trainer rank and publishes
+  rollouts/step_s with a STABLE marker.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import logging
 import statistics
 import threading
 import time
-import zlib
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -42,11 +43,11 @@ from training.orchestrator.batch import (
     TaskSampler,
     collate,
     group_advantages,
-    off_policy_lag,
     pack,
     shard,
     to_samples,
 )
+from training.orchestrator.scheduler import GroupFilter, RolloutScheduler
 from training.rundir import RunDir
 
 log = logging.getLogger("orchestrator")
@@ -74,17 +75,34 @@ class Orchestrator:
         self.oc = cfg.orchestrator
         self.sampler = TaskSampler(len(env.dataset), cfg.seed)
         self.consumed: list[str] = []
-        self.dropped_total = 0
         self.step = start_step
-        self.taken = start_step  # batches taken from the buffer (step is bumped after publishing)
         self.loaded_version = 0
         self.last_update_s = 0.0
-        self.buffer: list[RolloutGroup] = []
-        self.in_flight: list[int] = []
         self.cv = threading.Condition()
         self.done = False
         self.error: BaseException | None = None
         self.pool = ThreadPoolExecutor(max_workers=max(1, len(clients)))
+        oc = self.oc
+        self.sched = RolloutScheduler(
+            servers=len(clients),
+            sampler=self.sampler,
+            request=self.request,
+            score=self.score,
+            batch_groups=oc.batch_groups,
+            async_level=oc.async_level,
+            max_off_policy_steps=oc.max_off_policy_steps,
+            # Nothing can overlap at async_level=0; the batch schedule keeps that path bitwise exact.
+            continuous=oc.scheduling == "continuous" and oc.async_level > 0,
+            per_server=oc.max_inflight_groups,
+            group_filter=GroupFilter(
+                zero_advantage=oc.filter_zero_advantage,
+                too_easy=oc.too_easy_mean_reward if oc.filter_too_easy else None,
+                too_hard=oc.too_hard_mean_reward if oc.filter_too_hard else None,
+            ),
+            seed=cfg.seed,
+            start_step=start_step,
+            cv=self.cv,
+        )
         # State as it was before each recent batch: an early trainer checkpoint (SIGUSR1) at step s
         # needs the orchestrator's state at s, which the orchestrator has usually run past.
         self.snapshots: dict[int, dict[str, Any]] = {}
@@ -94,13 +112,15 @@ class Orchestrator:
         with self.cv:
             state = self.sampler.state_dict()
             # Drawn but not yet trained on: handed back first on resume, so nothing is skipped.
-            pending = [g.task_index for g in self.buffer] + list(self.in_flight)
-            state["requeued"] = pending + state["requeued"]
+            state["requeued"] = self.sched.pending_tasks() + state["requeued"]
+            stats = self.sched.stats
             return {
                 "step": self.step,
                 "sampler": state,
                 "consumed": list(self.consumed),
-                "dropped_total": self.dropped_total,
+                "dropped_total": stats.dropped,
+                "cancelled_total": stats.cancelled,
+                "filtered_total": dict(stats.filtered),
             }
 
     def save_checkpoint(self, state: dict[str, Any] | None = None) -> None:
@@ -126,8 +146,12 @@ class Orchestrator:
         )
         self.sampler.load_state_dict(state["sampler"])
         self.consumed = list(state["consumed"])
-        self.dropped_total = int(state["dropped_total"])
-        self.step = self.taken = int(state["step"])
+        stats = self.sched.stats
+        stats.dropped = int(state["dropped_total"])
+        # Absent from checkpoints written before continuous scheduling.
+        stats.cancelled = int(state.get("cancelled_total", 0))
+        stats.filtered = Counter(state.get("filtered_total", {}))
+        self.step = self.sched.taken = int(state["step"])
 
     # -- generation -----------------------------------------------------------------------------
     @property
@@ -165,6 +189,21 @@ class Orchestrator:
                 out[i] = comps
         return [(indices[i], out[i]) for i in range(len(indices))]
 
+    def request(self, server: int, indices: list[int], seed: int) -> list[list[Completion]]:
+        """group_size completions for each task, from one server in one request."""
+        prompts = [self._prompt_ids(self.env.dataset[i].prompt) for i in indices]
+        inf = self.cfg.inference
+        for attempt in range(3):
+            try:
+                return self.clients[server].complete(
+                    prompts, self.oc.group_size, inf.max_tokens, inf.temperature, seed, stop=self.stop_strings
+                )
+            except OSError:  # connection refused or reset before an answer: same seed, same request
+                if attempt == 2:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+        raise AssertionError("unreachable")
+
     def score(self, index: int, comps: list[Completion], fallback_version: int) -> RolloutGroup:
         task = self.env.dataset[index]
         prompt = self._prompt_ids(task.prompt)
@@ -191,7 +230,7 @@ class Orchestrator:
                 log.exception("thread failed")
                 with self.cv:
                     self.error = exc
-                    self.cv.notify_all()
+                    self.sched.fail(exc)  # wakes take_batch too
 
         return run
 
@@ -207,64 +246,12 @@ class Orchestrator:
                 with self.cv:
                     self.loaded_version = latest
                     self.last_update_s = time.perf_counter() - t0
+                    self.sched.on_weights(latest)
                     self.cv.notify_all()
                 log.info("inference now at policy version %d", latest)
             with self.cv:
                 self.serve_checkpoint_requests()
             time.sleep(0.02)
-
-    def producer(self) -> None:
-        oc = self.oc
-        while True:
-            with self.cv:
-                # The batch these groups will most likely land in, and the oldest policy allowed for it.
-                while True:
-                    if self.done or self.error:
-                        return
-                    target = self.taken + len(self.buffer) // oc.batch_groups
-                    if (
-                        self.loaded_version >= target - oc.async_level
-                        and len(self.buffer) < (oc.async_level + 1) * oc.batch_groups
-                    ):
-                        break
-                    self.cv.wait(timeout=0.5)
-                indices = self.sampler.draw(oc.batch_groups)
-                self.in_flight = list(indices)
-                version = self.loaded_version
-            seed = zlib.crc32(f"{self.cfg.seed}:{target}:{indices}".encode())
-            results = self.generate(indices, oc.group_size, self.cfg.inference.temperature, seed)
-            groups = [self.score(i, comps, version) for i, comps in results]
-            for g in groups:
-                g.target, g.start_version = target, version
-            with self.cv:
-                self.buffer.extend(groups)
-                self.in_flight = []
-                self.cv.notify_all()
-
-    def take_batch(self) -> tuple[list[RolloutGroup], list[int], int]:
-        """Block until batch_groups fresh groups are buffered; stale ones are dropped and re-queued."""
-        oc = self.oc
-        used: list[RolloutGroup] = []
-        dropped = 0
-        with self.cv:
-            while len(used) < oc.batch_groups:
-                if self.error:
-                    raise RuntimeError("orchestrator thread failed") from self.error
-                if not self.buffer:
-                    self.cv.wait(timeout=0.5)
-                    continue
-                g = self.buffer.pop(0)
-                if off_policy_lag(self.step, g) > oc.max_off_policy_steps:
-                    self.sampler.give_back([g.task_index])
-                    dropped += 1
-                else:
-                    used.append(g)
-            self.dropped_total += dropped
-            self.taken = self.step + 1
-            lags = [off_policy_lag(self.step, g) for g in used]
-            self.consumed.extend(g.task_id for g in used)
-            self.cv.notify_all()
-        return used, lags, dropped
 
     # -- batches --------------------------------------------------------------------------------
     def publish(self, step: int, groups: list[RolloutGroup]) -> int:
@@ -337,10 +324,13 @@ class Orchestrator:
         threads[0].start()
         if not resume and oc.eval_size:
             self.evaluate(0)
-        threads.append(threading.Thread(target=self._guard(self.producer), name="producer", daemon=True))
+        threads.append(threading.Thread(target=self._guard(self.sched.run), name="producer", daemon=True))
         threads[1].start()
         start = self.step
         t_prev = time.perf_counter()
+        idle_prev = self.sched.idle_seconds()
+        stats = self.sched.stats
+        cancelled_prev, filtered_prev = stats.cancelled, Counter(stats.filtered)
         while self.step < tc.steps:
             snapshot = self.state_dict()
             with self.cv:
@@ -349,9 +339,22 @@ class Orchestrator:
                     del self.snapshots[old]
             if self.step > start and self.step % tc.checkpoint_every == 0:
                 self.save_checkpoint(snapshot)
-            groups, lags, dropped = self.take_batch()
+            groups, lags, dropped = self.sched.take_batch(self.step)
+            with self.cv:
+                self.consumed.extend(g.task_id for g in groups)
             loss_tokens = self.publish(self.step, groups)
             now = time.perf_counter()
+            idle = self.sched.idle_seconds()
+            with self.cv:
+                cancelled = stats.cancelled - cancelled_prev
+                filtered = {
+                    k: stats.filtered[k] - filtered_prev[k]
+                    for k in ("zero_advantage", "too_easy", "too_hard")
+                }
+                cancelled_prev, filtered_prev = stats.cancelled, Counter(stats.filtered)
+            self.metrics.count("groups_cancelled", cancelled, "In-flight groups cancelled as too stale")
+            for why, n in filtered.items():
+                self.metrics.count(f"groups_filtered_{why}", n, f"Groups filtered out: {why}")
             rewards = [r for g in groups for r in g.rewards]
             n_roll = len(rewards)
             hist = Counter(lags)
@@ -374,18 +377,28 @@ class Orchestrator:
                 # How far behind the batch it was requested for the policy was when generation began:
                 # async_level bounds this.
                 "async_gap_max": max(g.target - g.start_version for g in groups),
-                "dropped_groups_total": self.dropped_total,
+                "dropped_groups_total": stats.dropped,
+                # Requests abandoned in flight: their policy would be too old for any batch they
+                # could still land in.
+                "cancelled_groups": cancelled,
+                "cancelled_groups_total": stats.cancelled,
+                **{f"filtered_{why}": n for why, n in filtered.items()},
+                "filtered_groups_total": sum(stats.filtered.values()),
+                "inflight_groups": self.sched.live_groups(),
+                # Share of the step's wall time the servers had no request outstanding.
+                "inference_idle_frac": (idle - idle_prev) / (len(self.clients) * max(now - t_prev, 1e-9)),
+                "scheduling": "continuous" if self.sched.continuous else "batch",
                 "policy_version": self.loaded_version,
                 "weight_update_time": self.last_update_s,
             }
             self.metrics.log(rec)
-            t_prev = now
+            t_prev, idle_prev = now, idle
             with self.cv:
                 self.step += 1
                 self.cv.notify_all()
         with self.cv:
             self.done = True
-            self.cv.notify_all()
+            self.sched.stop()
         threads[1].join(timeout=600)
         if oc.eval_at_end and oc.eval_size:
             self.done = False  # the watcher must still deliver the final policy
