@@ -12,12 +12,13 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 
 import torch
 
 from training.common import parse_args, set_threads
-from training.inference.engine import Engine
+from training.inference.engine import CacheUnsupported, Engine
 from training.inference.server import InferenceServer
 from training.model import load_model, load_tokenizer
 
@@ -35,15 +36,19 @@ def main(argv: list[str] | None = None) -> None:
     # EOS ends every sequence; environment-specific stops (e.g. the newline after an answer) come
     # with each request as OpenAI `stop` strings.
     stop_ids = {tokenizer.eos_token_id} - {None}
-    engine = Engine(
-        model,
-        tokenizer.pad_token_id,
-        stop_ids,
-        cfg.inference.max_batch_size,
-        0,
-        device,
-        kv_cache=cfg.inference.kv_cache,
-    )
+    try:
+        engine = Engine(
+            model,
+            tokenizer.pad_token_id,
+            stop_ids,
+            cfg.inference.max_batch_size,
+            0,
+            device,
+            kv_cache=cfg.inference.kv_cache,
+        )
+    except CacheUnsupported as exc:
+        print(f"training.inference: error: {exc}", file=sys.stderr)
+        sys.exit(2)
     server = InferenceServer(engine, tokenizer, str(path), cfg.inference.host, cfg.inference.port)
     host = cfg.inference.host if cfg.inference.host not in ("0.0.0.0", "") else socket.gethostname()
     url = f"http://{host}:{server.port}"

@@ -65,12 +65,23 @@ def _layers(cache: DynamicCache) -> Layers:
         return []
     out: Layers = []
     for layer in cache.layers:
-        if type(layer) is not DynamicLayer:
-            # Sliding-window or linear-attention layers keep state that cannot be padded and merged.
-            raise NotImplementedError("kv_cache supports full-attention layers only; set kv_cache=False")
-        assert isinstance(layer, DynamicLayer) and layer.keys is not None and layer.values is not None
+        # Engine() refuses models whose cache is anything else (see full_attention_only).
+        assert type(layer) is DynamicLayer and layer.keys is not None and layer.values is not None
         out.append((layer.keys, layer.values))
     return out
+
+
+class CacheUnsupported(ValueError):
+    """The model's cache cannot be kept per batch row (kv_cache=True is refused at start-up)."""
+
+
+def full_attention_only(config: Any) -> bool:
+    """Whether every layer is full attention, whose cache is plain keys/values per row that can be
+    padded, merged and dropped. Sliding-window and linear-attention layers keep state that cannot."""
+    types = getattr(config, "layer_types", None)
+    if types:
+        return all(t == "full_attention" for t in types)
+    return not getattr(config, "use_sliding_window", False)
 
 
 @dataclass
@@ -137,6 +148,11 @@ class Engine:
         kv_cache: bool = True,
         detokenize: Callable[[list[int]], str] | None = None,
     ) -> None:
+        if kv_cache and not full_attention_only(model.config):
+            raise CacheUnsupported(
+                "inference.kv_cache: the model has sliding-window or linear-attention layers, whose "
+                "cache cannot be merged across a running batch; set inference.kv_cache=false"
+            )
         self.model = model.eval()
         self.pad_id = pad_id if pad_id is not None else 0  # any id works under the attention mask
         self.stop_ids = {int(t) for t in stop_ids if t is not None}

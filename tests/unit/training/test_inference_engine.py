@@ -162,3 +162,20 @@ def test_stop_strings_end_a_sequence_at_their_first_occurrence(tiny_model_dir: P
             bare.submit([[1, 5]], stop=["\n"])
     finally:
         bare.stop()
+
+
+def test_kv_cache_is_refused_at_start_for_sliding_window_layers(tiny_model_dir: Path) -> None:
+    """A sliding-window cache cannot be padded and merged across the running batch: the engine
+    says so when it is built (a config error), not in the middle of a decode step."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from training.inference.engine import CacheUnsupported
+
+    base = load_model(tiny_model_dir).config.to_dict()
+    base.update(use_sliding_window=True, sliding_window=4, max_window_layers=0, layer_types=None)
+    model = Qwen3ForCausalLM(Qwen3Config(**base))
+    assert "sliding_attention" in model.config.layer_types
+    with pytest.raises(CacheUnsupported, match=r"inference\.kv_cache"):
+        Engine(model, 0, set(), kv_cache=True)
+    Engine(model, 0, set(), kv_cache=False).stop()  # recomputing the prefix works for any layer
+    Engine(load_model(tiny_model_dir), 0, set(), kv_cache=True).stop()
