@@ -54,6 +54,7 @@ def rl_run(
     """SFT, then RL with inference, orchestrator and trainer processes."""
     from opsctl.launch import local as launcher
     from training.config import dump_toml
+    from training.rundir import resume_point
 
     if not local:  # Slurm submission lives in opsctl.launch.slurm
         from opsctl.launch.slurm import LaunchRequest, run_cli
@@ -70,7 +71,7 @@ def rl_run(
         return
     if not resume:
         launcher.write_config(run, cfg)
-    step = launcher.resume_point(run, cfg) if resume else 0
+    step = resume_point(run) if resume else 0
     job = launcher.LocalLauncher(run, cfg)
 
     # SIGTERM from a scheduler or a user: stop the children, then report failure.

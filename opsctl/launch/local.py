@@ -20,7 +20,6 @@ from pathlib import Path
 from opsctl.errors import ConfigError, UsageError
 from training import config as tconfig
 from training.rundir import RunDir, free_port
-from training.rundir import resume_point as rundir_resume_point
 
 
 def new_run_id() -> str:
@@ -63,11 +62,6 @@ def write_config(run: RunDir, cfg: tconfig.JobConfig) -> None:
     tmp = run.root / ".config.toml.tmp"
     tmp.write_text(tconfig.dump_toml(cfg))
     os.rename(tmp, run.config)
-
-
-def resume_point(run: RunDir, cfg: tconfig.JobConfig) -> int:
-    """The step the next attempt resumes from (training.rundir.resume_point has the rules)."""
-    return rundir_resume_point(run)
 
 
 @dataclass

@@ -3,10 +3,10 @@ from pathlib import Path
 import pytest
 
 from opsctl.launch import attempt
-from opsctl.launch.local import resume_point, write_config
+from opsctl.launch.local import write_config
 from training.config import JobConfig
 from training.fsutil import COMMITTED, STABLE, publish_dir, step_dirs
-from training.rundir import RunDir
+from training.rundir import RunDir, resume_point
 
 
 def commit(parent: Path, step: int, marker: str) -> None:
@@ -26,7 +26,7 @@ def test_resume_point_is_the_newest_step_both_sides_committed(tmp_path: Path) ->
     (run.ckpt("orchestrator") / "step_15").mkdir()  # killed while writing: no marker
     (run.rollouts / "step_13").mkdir()
 
-    assert resume_point(run, JobConfig()) == 10
+    assert resume_point(run) == 10
     # Everything past the resume point is gone; the policy it starts from stays.
     assert sorted(step_dirs(run.weights)) == [5, 10]
     assert sorted(step_dirs(run.rollouts)) == list(range(10))
@@ -38,7 +38,7 @@ def test_resume_without_checkpoints_starts_over(tmp_path: Path) -> None:
     run = RunDir(tmp_path)
     commit(run.weights, 1, STABLE)
     commit(run.rollouts, 0, STABLE)
-    assert resume_point(run, JobConfig()) == 0
+    assert resume_point(run) == 0
     assert step_dirs(run.rollouts) == {} and step_dirs(run.weights) == {}
 
 
@@ -104,6 +104,6 @@ def test_discard_leftovers_of_a_killed_cleanup_are_removed(tmp_path: Path) -> No
     half = run.root / ".discarded" / "weights-step_9-0123abcd"
     half.mkdir(parents=True)
     (half / STABLE).write_text("{}")  # a marker whose files were already deleted
-    assert resume_point(run, JobConfig()) == 0
+    assert resume_point(run) == 0
     assert not (run.root / ".discarded").exists()
     assert step_dirs(run.weights) == {}
