@@ -26,8 +26,10 @@ from training.fsutil import COMMITTED, STABLE, step_dirs
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-STEPS = 14
-CHECKPOINT_EVERY = 10  # far enough that the kill lands before it, reached by the second attempt
+STEPS = 60
+# Far enough that the kill lands before it even when steps take well under a second (a 14-step
+# run with a checkpoint at 10 once finished before the kill), and reached by the second attempt.
+CHECKPOINT_EVERY = 50
 
 
 def test_killed_before_first_checkpoint_restarts_and_completes(launch_env: LaunchEnv, tmp_path: Path) -> None:
