@@ -26,26 +26,35 @@ from training.fsutil import COMMITTED, STABLE, step_dirs
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-STEPS = 60
-# Far enough that the kill lands before it even when steps take well under a second (a 14-step
+STEPS = 120
+# Far enough that the kill lands before it even when steps take a fifth of a second (a 14-step
 # run with a checkpoint at 10 once finished before the kill), and reached by the second attempt.
-CHECKPOINT_EVERY = 50
+CHECKPOINT_EVERY = 100
 
 
 def test_killed_before_first_checkpoint_restarts_and_completes(launch_env: LaunchEnv, tmp_path: Path) -> None:
     run = launch_env.root / "runs" / "early-death"
     out = launch_env.launch(run, "-o", f"trainer.steps={STEPS}", "-o", "orchestrator.async_level=2",
-                            "-o", f"trainer.checkpoint_every={CHECKPOINT_EVERY}")
+                            "-o", f"trainer.checkpoint_every={CHECKPOINT_EVERY}",
+                            # more tasks than the run draws, so a task seen twice means reuse
+                            "-o", "env.kwargs={digits = 2, num_train = 1000, num_eval = 20}")
     assert out.returncode == 0, out.stderr
     log = tmp_path / "watch.jsonl"
     watch = launch_env.watch(run, "--remediate", log=log)
     victim = ""
+
+    def committed(kind: str, least: int) -> bool:
+        # Any step from `least` on: older weights are pruned (keep_weights) within a second or two,
+        # so waiting for one particular step can miss it on a fast machine.
+        return any(s >= least for s in step_dirs(run / kind, STABLE))
+
     try:
         wait_for(lambda: (run / "attempts" / "0.json").exists(), 120, "attempt 0 to start")
-        victim = json.loads((run / "attempts" / "0.json").read_text())["nodes"][1]  # the trainer node
-        wait_for(lambda: (run / "weights" / "step_1" / STABLE).is_file()
-                 and (run / "rollouts" / "step_2" / STABLE).is_file(), 420, "weights 1 and rollouts 2")
-        kill_node(launch_env.sim, victim)
+        node = json.loads((run / "attempts" / "0.json").read_text())["nodes"][1]  # the trainer node
+        wait_for(lambda: committed("weights", 1) and committed("rollouts", 2), 420,
+                 "weights 1 and rollouts 2")
+        kill_node(launch_env.sim, node)
+        victim = node  # its slurmd is down from here on: the finally below starts it again
         left_rollouts = sorted(step_dirs(run / "rollouts"))
         left_weights = sorted(step_dirs(run / "weights"))
         # The premise: the dead attempt committed work past step 0 and no checkpoint.
