@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from opsctl.errors import Unreachable, UsageError
-from opsctl.lab import labsim
+from opsctl.lab import labsim, machines
 from opsctl.lab.config import LabConfig
 from opsctl.lab.shell import run
 from opsctl.lab.ssh import ssh, ssh_argv
@@ -36,6 +36,10 @@ LAB_GPU_GROUP_VARS = (
     Path(__file__).resolve().parents[2] / "inventory" / "lab" / "group_vars" / "gpu_nodes.yml"
 )
 HOST_KEY = "etc/ssh/ssh_host_ed25519_key.pub"
+# Under the NFS share: the runs, and the python of the runtime roles/training_runtime builds
+# (training_runtime_root/current).
+RUNS_IN_SHARE = "runs"
+RUNTIME_PYTHON_IN_SHARE = "opsctl/runtime/current/bin/python"
 
 
 @dataclass(frozen=True)
@@ -167,6 +171,27 @@ def preflight_toml(cfg: LabConfig, expected: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def launch_toml(cfg: LabConfig) -> str:
+    """``[launch]`` for the lab: runs live on the NFS stand-in, which the machines mount at /shared
+    and this host reads at its backing directory; the job runs the training runtime that site.yml
+    built there (roles/training_runtime), one CPU rank per node, and reads the simulated HCAs."""
+    share = cfg.shared_dir / "nfs"
+    in_machines = machines.SHARED_MOUNTS["nfs"]
+    lines = [
+        "[launch]",
+        f"runs_dir = {json.dumps(str(share / RUNS_IN_SHARE))}",
+        f"cluster_runs_dir = {json.dumps(f'{in_machines}/{RUNS_IN_SHARE}')}",
+        f"quarantine_file = {json.dumps(str(cfg.state_dir / 'quarantine.json'))}",
+        f"python = {json.dumps(f'{in_machines}/{RUNTIME_PYTHON_IN_SHARE}')}",
+        "nodes = 2",
+        "inference_nodes = 1",
+        "tasks_per_node = 1",
+        'time_limit = "60:00"',
+        f"ib_sysfs = {json.dumps(f'{labsim.STATE_MOUNT}/{labsim.SYSFS_SUBDIR}')}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def _munged_alive(cfg: LabConfig) -> bool:
     try:
         pid = int(munge_pidfile(cfg).read_text().strip())
@@ -234,6 +259,7 @@ def connect(cfg: LabConfig) -> Connection:
         f'ssh_known_hosts = "{known_hosts}"\n'
         + "".join(line + "\n" for line in ssh_toml_lines(cfg))
         + "\n" + preflight_toml(cfg, lab_hw_expected())
+        + "\n" + launch_toml(cfg)
     )
     return Connection(toml, slurm_dir / "slurm.conf", socket, url)
 

@@ -16,6 +16,10 @@ HEALTH_SOURCES = ("none", "prometheus", "ssh", "dcgm")
 class LaunchSection:
     # Shared filesystem directory that holds one directory per run (<runs_dir>/<run_id>/).
     runs_dir: str = field(default="/shared/runs", metadata={"path": True})
+    # runs_dir as the compute nodes see it, when this host reaches the shared file system under
+    # another path (the machine lab: the host reads the NFS stand-in's backing directory, the
+    # machines mount it at /shared). Empty: the same path everywhere, as on a login node.
+    cluster_runs_dir: str = ""
     # Nodes opsctl must never place work on again; persists across attempts and runs.
     quarantine_file: str = field(default="/var/lib/opsctl/quarantine.json", metadata={"path": True})
     partition: str | None = None  # None: [slurm] partition, else Slurm's default partition
@@ -72,6 +76,8 @@ class LaunchSection:
             raise ValueError(f"health_source: must be one of {', '.join(HEALTH_SOURCES)}")
         if self.failure_grace_s < 0:
             raise ValueError("failure_grace_s: must be >= 0")
+        if self.cluster_runs_dir and not self.cluster_runs_dir.startswith("/"):
+            raise ValueError(f"cluster_runs_dir: must be an absolute path, got {self.cluster_runs_dir!r}")
         if self.poll_s <= 0:
             raise ValueError("poll_s: must be > 0")
         for hca in self.ib_hcas:

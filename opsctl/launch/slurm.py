@@ -146,9 +146,11 @@ def plan_layout(
         validate(job_config)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    job_dir = cluster_path(settings, run_dir)
+    workdir = settings.workdir or (str(job_dir) if settings.cluster_runs_dir else "")
     params = ScriptParams(
         run_id=_check_safe("run id", run_id),
-        run_dir=_check_safe("run directory", str(run_dir)),
+        run_dir=_check_safe("run directory", str(job_dir)),
         job_name=f"rl-{run_id}",
         nodes=n,
         inference_nodes=m,
@@ -162,12 +164,13 @@ def plan_layout(
         nodelist=fold(chosen) if chosen else "",
         exclude=fold(excluded) if excluded and not chosen else "",
         gres=f"gpu:{settings.gpu_type}:{settings.gpus_per_node}" if settings.request_gres else "",
-        workdir=_check_safe("launch.workdir", settings.workdir) if settings.workdir else "",
+        # sbatch's default (the submitting shell's directory) may not exist on the nodes
+        workdir=_check_safe("launch.workdir", workdir) if workdir else "",
         ib_hcas=",".join(settings.ib_hcas),
         ib_sysfs=_check_safe("launch.ib_sysfs", settings.ib_sysfs),
         nccl_socket_ifname=(_check_safe("launch.nccl_socket_ifname", settings.nccl_socket_ifname)
                             if settings.nccl_socket_ifname else ""),
-        vllm=vllm_params(settings, job_config, run_dir),
+        vllm=vllm_params(settings, job_config, job_dir),
     )
     return LaunchPlan(
         run_id=run_id,
@@ -181,6 +184,20 @@ def plan_layout(
         settings=settings,
         config_text=dump_toml(job_config),
     )
+
+
+def cluster_path(settings: LaunchSection, run_dir: Path) -> Path:
+    """The run directory as the job sees it: under cluster_runs_dir when this host reaches the share
+    elsewhere, so the directory must then lie under runs_dir (else the nodes cannot see it)."""
+    if not settings.cluster_runs_dir:
+        return run_dir
+    host_root = Path(settings.runs_dir).absolute()
+    try:
+        rel = run_dir.relative_to(host_root)
+    except ValueError:
+        raise UsageError(f"{run_dir} is not under [launch] runs_dir {host_root}, the only directory the "
+                         f"nodes see (as {settings.cluster_runs_dir})") from None
+    return Path(settings.cluster_runs_dir) / rel
 
 
 def vllm_params(settings: LaunchSection, job_config: Any, run_dir: Path) -> VllmParams | None:

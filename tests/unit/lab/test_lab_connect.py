@@ -75,3 +75,21 @@ def test_node_lines_get_the_machines_addresses_for_srun_on_the_host() -> None:
     assert own in rewrite_slurm_conf(own + "\n", addresses, Path("/s")).splitlines()
     default = "NodeName=DEFAULT CPUs=1"
     assert default in rewrite_slurm_conf(default + "\n", addresses, Path("/s")).splitlines()
+
+
+def test_connect_points_launches_at_the_share_as_host_and_machines_see_it(tmp_path):
+    from opsctl.config import parse_config
+    from opsctl.lab.config import LabConfig
+    from opsctl.lab.connect import launch_toml
+    from opsctl.launch.settings import LaunchSection
+
+    cfg = LabConfig(gpu_nodes=3, state_dir=tmp_path)
+    launch = parse_config(launch_toml(cfg)).section("launch", LaunchSection)
+    launch.validate()
+    # the host writes where the machines' /shared is backed; the job script names /shared
+    assert launch.runs_dir == str(tmp_path / "shared" / "nfs" / "runs")
+    assert launch.cluster_runs_dir == "/shared/runs"
+    assert launch.python == "/shared/opsctl/runtime/current/bin/python"
+    assert launch.quarantine_file == str(tmp_path / "quarantine.json")  # goes with `lab down`
+    assert (launch.nodes, launch.inference_nodes, launch.tasks_per_node) == (2, 1, 1)
+    assert launch.ib_sysfs == "/var/lib/hwsim/sys/class/infiniband"

@@ -114,3 +114,24 @@ def test_rendered_script_is_valid_bash(production: LaunchSection, tmp_path: Path
     script = tmp_path / "job.sbatch"
     script.write_text(plan.script)
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True, check=False).returncode == 0
+
+
+def test_a_host_that_sees_the_share_elsewhere_renders_the_nodes_paths(production: LaunchSection) -> None:
+    # The machine lab: the host reads the share's backing directory, the nodes mount it at /shared.
+    production.runs_dir, production.cluster_runs_dir = "/var/lab/shared/nfs/runs", "/shared/runs"
+    production.workdir = ""
+    plan = plan_layout(production, job(), partition(64), set(), {}, run_id="r1",
+                       run_dir=Path("/var/lab/shared/nfs/runs/r1"))
+    assert plan.run_dir == Path("/var/lab/shared/nfs/runs/r1")  # where this host writes the run
+    assert "RUN_DIR=/shared/runs/r1\n" in plan.script
+    assert "#SBATCH --output=/shared/runs/r1/logs/slurm-%j.out\n" in plan.script
+    assert "#SBATCH --chdir=/shared/runs/r1\n" in plan.script  # not the submitting shell's cwd
+    assert "/var/lab" not in plan.script
+    outside = r"/tmp/r2 is not under \[launch\] runs_dir /var/lab/shared/nfs/runs"
+    with pytest.raises(UsageError, match=outside):
+        plan_layout(production, job(), partition(64), set(), {}, run_id="r2", run_dir=Path("/tmp/r2"))
+
+
+def test_cluster_runs_dir_must_be_absolute() -> None:
+    with pytest.raises(ValueError, match="cluster_runs_dir: must be an absolute path"):
+        LaunchSection(cluster_runs_dir="shared/runs").validate()
