@@ -160,14 +160,17 @@ def sparklines(snap: Snapshot) -> str:
 def reward_curve(path: Path, points: int = 8) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
     """The run's learning curve from metrics.jsonl: the orchestrator's mean training reward,
     averaged into at most `points` bins of consecutive steps (each labelled with its last step),
-    and every held-out evaluation as (step, accuracy)."""
-    rewards: list[tuple[int, float]] = []
-    evals: list[tuple[int, float]] = []
+    and every held-out evaluation as (step, accuracy). A step an attempt redid after a resume
+    counts once, as the later attempt logged it (the earlier one's work past the checkpoint is gone)."""
+    by_step: dict[int, float] = {}
+    evals_by_step: dict[int, float] = {}
     for rec in metrics_records(path):
         if rec.get("event") == "eval" and "eval_accuracy" in rec:
-            evals.append((int(rec["step"]), float(rec["eval_accuracy"])))
+            evals_by_step[int(rec["step"])] = float(rec["eval_accuracy"])
         elif (reward := _reward(rec)) is not None and "step" in rec:
-            rewards.append((int(rec["step"]), float(reward)))
+            by_step[int(rec["step"])] = float(reward)
+    rewards = sorted(by_step.items())
+    evals = sorted(evals_by_step.items())
     if not rewards:
         return [], evals
     size = -(-len(rewards) // points)  # ceil: at most `points` bins

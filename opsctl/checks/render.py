@@ -3,17 +3,22 @@ imports rich)."""
 
 from __future__ import annotations
 
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from opsctl.checks.model import Status
 from opsctl.checks.service import HealthResult
+from opsctl.console import plain_console
 
 _STYLE = {"OK": "green", "WARN": "yellow", "FAIL": "bold red", "UNKNOWN": "magenta"}
 
 
+def status_text(status: str, suffix: str = "") -> Text:
+    return Text.assemble((status, _STYLE[status]), suffix)
+
+
 def render(result: HealthResult, *, show_all: bool = False, title: str = "opsctl health") -> None:
-    console = Console()
+    console = plain_console()
     table = Table(title=f"{title} ({result.source}): {result.status}", show_lines=False)
     for col in ("node", "status", "check", "gpu", "summary"):
         table.add_column(col, no_wrap=col != "summary")
@@ -21,13 +26,13 @@ def render(result: HealthResult, *, show_all: bool = False, title: str = "opsctl
         rows = r.verdicts if show_all else r.problems
         if not rows:
             table.add_row(
-                r.node, f"[{_STYLE[r.status.value]}]{r.status.value}[/]", "", "", "all checks passed"
+                r.node, status_text(r.status.value), "", "", "all checks passed"
             )
             continue
         for i, v in enumerate(rows):
             table.add_row(
                 r.node if i == 0 else "",
-                f"[{_STYLE[v.status.value]}]{v.status.value}[/]",
+                status_text(v.status.value),
                 v.code,
                 "" if v.gpu is None else str(v.gpu),
                 v.summary,

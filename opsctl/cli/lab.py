@@ -152,9 +152,9 @@ def connect_cmd() -> None:
 
 
 def _print_status(st: object, as_json: bool) -> None:
-    from rich.console import Console
     from rich.table import Table
 
+    from opsctl.console import plain_console
     from opsctl.lab.lab import LabStatus
 
     assert isinstance(st, LabStatus)
@@ -166,7 +166,7 @@ def _print_status(st: object, as_json: bool) -> None:
         table.add_column(col)
     for m in st.machines:
         table.add_row(m.name, m.address, m.role, str(m.pid or "-"), m.state)
-    Console().print(table)
+    plain_console().print(table)
     click.echo(f"inventory: {st.inventory}")
     if st.stray_veths:
         click.echo(f"stray veths: {', '.join(st.stray_veths)}")

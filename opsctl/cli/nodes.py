@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from opsctl.audit import AuditLog
@@ -48,8 +50,9 @@ def _quarantined(config: Config) -> set[str]:
 
 
 def _print_table(found: list[Node], held: set[str]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from opsctl.console import plain_console
 
     table = Table(box=None, header_style="bold", pad_edge=False)
     for column in ("NODE", "STATE", "GPUS", "JOBS", "REASON"):
@@ -61,7 +64,8 @@ def _print_table(found: list[Node], held: set[str]) -> None:
         style = "red" if node.out_of_service else None
         state = node.display_state + (" (quarantined)" if node.name in held else "")
         table.add_row(node.name, state, gpus, jobs, reason or "-", style=style)
-    Console(soft_wrap=True).print(table)
+    # Piped into grep or a ticket, a reason must not be cut to an 80-column default.
+    plain_console(soft_wrap=True, width=None if sys.stdout.isatty() else 240).print(table)
 
 
 @click.command("drain")

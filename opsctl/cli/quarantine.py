@@ -61,8 +61,9 @@ def list_cmd(ctx: click.Context, nodeset: str | None, as_json: bool) -> None:
 
 
 def _print_table(listing: Listing) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from opsctl.console import plain_console
 
     table = Table(box=None, header_style="bold", pad_edge=False)
     for column in ("NODE", "SINCE (UTC)", "RUN", "JOB", "BY", "REASON", "SLURM", "SLURM REASON"):
@@ -72,7 +73,7 @@ def _print_table(listing: Listing) -> None:
                       n.user or ("watch" if n.run_id else "-"), n.reason or "-", n.slurm_state,
                       n.slurm_reason or "-")
     # Piped into grep or a ticket, a row must not be cut to an 80-column default.
-    Console(soft_wrap=True, width=None if sys.stdout.isatty() else 240).print(table)
+    plain_console(soft_wrap=True, width=None if sys.stdout.isatty() else 240).print(table)
 
 
 @quarantine.command("release")

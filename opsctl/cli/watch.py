@@ -77,10 +77,11 @@ def watch(ctx: click.Context, run: str, as_json: bool, remediate: bool, interval
                 break
             time.sleep(pause)
     else:
-        from rich.console import Console
         from rich.live import Live
 
-        console = Console()
+        from opsctl.console import plain_console
+
+        console = plain_console()
         with Live(console=console, auto_refresh=False, transient=False) as live:
             while True:
                 snap = watcher.update()

@@ -3,18 +3,16 @@ per-node verdicts as ``opsctl preflight`` prints them, then the links and the se
 
 from __future__ import annotations
 
-from rich.console import Console
 from rich.table import Table
 
-from opsctl.checks.render import render
+from opsctl.checks.render import render, status_text
+from opsctl.console import plain_console
 from opsctl.preflight.fabric import FabricResult
-
-_STYLE = {"OK": "green", "WARN": "yellow", "FAIL": "bold red", "UNKNOWN": "magenta"}
 
 
 def render_fabric(result: FabricResult, *, show_all: bool = False) -> None:
     render(result.health, show_all=show_all, title="opsctl preflight --fabric")
-    console = Console()
+    console = plain_console()
     console.print(
         f"pair tests: {len(result.pair_tests)} pairs in {result.rounds} rounds"
         + (f" + {result.retest_rounds} retest rounds" if result.retest_rounds else "")
@@ -26,14 +24,14 @@ def render_fabric(result: FabricResult, *, show_all: bool = False) -> None:
             table.add_column(col)
         for (a, b, rail), r in sorted(att.links.items()):
             what = f"{r.gbps:.0f} Gb/s" if r.gbps is not None else r.error
-            table.add_row(f"[{_STYLE['FAIL']}]FAIL[/] fabric-ib-link", a, b, rail, what)
+            table.add_row(status_text("FAIL", " fabric-ib-link"), a, b, rail, what)
         for (a, b, rail), r in sorted(att.unisolated.items()):
             what = f"{r.gbps:.0f} Gb/s" if r.gbps is not None else r.error
-            table.add_row(f"[{_STYLE['FAIL']}]FAIL[/] fabric-ib-pair (not isolated)", a, b, rail, what)
+            table.add_row(status_text("FAIL", " fabric-ib-pair (not isolated)"), a, b, rail, what)
         console.print(table)
     if result.multinode is not None:
         m = result.multinode
-        console.print(f"[{_STYLE[m.status.value]}]{m.status.value}[/] {m.code}: {m.summary}")
+        console.print(status_text(m.status.value, f" {m.code}: {m.summary}"))
     if result.remediation is not None:
         acted = [d for d in result.remediation["decisions"] if d.get("action") not in ("none", "keep")]
         console.print("remediation:" + ("" if acted else " nothing to do"))

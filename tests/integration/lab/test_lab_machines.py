@@ -160,6 +160,53 @@ def test_a_slurm_job_runs_the_training_runtime_from_the_share(lab: RunningLab, c
     assert lab.ssh("gpu-001", "test", "-x", f"{venv}/bin/python").returncode == 0
 
 
+# A tiny CPU job (what the launch tests run on the simulated cluster).
+TINY_RUN = [
+    "sft.steps=20",
+    "sft.num_demos=64",
+    "orchestrator.eval_size=0",
+    "orchestrator.batch_groups=4",
+    "orchestrator.group_size=4",
+    "inference.max_tokens=4",
+    "env.kwargs={digits = 2, num_train = 400, num_eval = 20}",
+    "trainer.steps=4",
+]
+
+
+def test_an_rl_run_launched_from_the_host_trains_on_the_lab(lab: RunningLab, converged: Converged) -> None:
+    """`opsctl launch rl-run` on the host submits to the lab's own slurmctld; the job runs the
+    runtime site.yml built on /shared, and writes the run where the host reads it (the share's
+    backing directory). Before any XID test: a fault stays on record for the XID window, and the
+    launch's health gate would then leave too few nodes."""
+    import tomllib
+
+    from opsctl.launch.ledger import load_ledger
+    from opsctl.watch import trainer_steps
+
+    out = lab.opsctl("connect")
+    toml = Path(out.stdout.split("OPSCTL_CONFIG=", 1)[1].split()[0])
+    launch = tomllib.loads(toml.read_text())["launch"]
+    run = Path(launch["runs_dir"]) / "tiny"
+    assert run.is_relative_to(lab.cfg.shared_dir / "nfs")  # the NFS stand-in's backing directory
+    demo = Path(__file__).resolve().parents[3] / "training" / "configs" / "demo.toml"
+    args = ["launch", "rl-run", "--config", str(demo), "--output", str(run)]
+    for o in TINY_RUN:
+        args += ["-o", o]
+    lab.opsctl_cli(*args, timeout=300)
+    lab.opsctl_cli("watch", "--json", "--interval", "2", str(run), timeout=900)  # exit 0: COMPLETED
+    led = load_ledger(run)
+    assert led.final_state == "COMPLETED", led
+    assert led.attempts[0].nodes == ["gpu-001", "gpu-002"]
+    script = (run / "job.sbatch").read_text()
+    assert f"RUN_DIR={launch['cluster_runs_dir']}/tiny\n" in script
+    assert f"PY={RUNTIME}/current/bin/python\n" in script
+    assert trainer_steps(run / "metrics.jsonl") == [0, 1, 2, 3]
+    # every stage ran on a machine: its logs, written under /shared there, are here
+    logs = run / "logs" / "attempt-0"
+    stages = {"sft.log", "inference-0.log", "orchestrator.log", "trainer-0.log"}
+    assert {p.name for p in logs.iterdir()} >= stages
+
+
 def test_prometheus_has_dcgm_series_for_every_simulated_gpu(lab: RunningLab, converged: Converged) -> None:
     def complete() -> list[dict[str, Any]] | None:
         series = prom_query(lab, "DCGM_FI_DEV_GPU_TEMP")

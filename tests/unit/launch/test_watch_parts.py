@@ -47,3 +47,15 @@ def test_reward_curve_bins_training_reward_and_keeps_every_eval(tmp_path: Path) 
     assert [round(r, 3) for _, r in curve] == [0.2, 0.5, 0.8, 1.0]
     assert evals == [(0, 0.25), (10, 0.6)]
     assert reward_curve(tmp_path / "missing.jsonl") == ([], [])
+
+
+def test_reward_curve_counts_a_step_redone_after_a_resume_once_in_step_order(tmp_path: Path) -> None:
+    # Attempt 0 reached step 7, checkpointed at 4 and died; attempt 1 redid 5..7 and went on to 9.
+    def rec(step: int, reward: float) -> str:
+        return json.dumps({"component": "orchestrator", "step": step, "reward_mean_arithmetic": reward})
+
+    lines = [rec(s, 0.0) for s in range(8)] + [rec(s, 1.0) for s in range(5, 10)]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    curve, _ = reward_curve(path, points=2)
+    assert curve == [(4, 0.0), (9, 1.0)]
