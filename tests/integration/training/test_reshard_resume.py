@@ -1,6 +1,7 @@
 """Sharded (DCP) trainer checkpoints reshard on load: a checkpoint written by one process resumes
-on two FSDP2 ranks (gloo on CPU), whose own checkpoint resumes on one process again, and every
-leg ends where an uninterrupted single-process run ends, within float32 reduction-order noise.
+on two FSDP2 ranks (gloo on CPU), whose own checkpoint resumes on one process again; one written
+by four ranks resumes on two; every leg ends where an uninterrupted single-process run ends,
+within float32 reduction-order noise.
 
 Rollouts are synthetic and made up front (the orchestrator and inference are not needed to test
 the trainer's state): each step has 4 micro-batches; world 1 gets all of them, world 2 two each,
@@ -187,6 +188,31 @@ def test_checkpoint_resumes_at_another_world_size(tmp_path: Path) -> None:
     l_ref, l_two, l_one = losses(ref), losses(two), losses(one)
     assert sorted(l_two) == list(range(3, STEPS)) and sorted(l_one) == list(range(6, STEPS))
     for step, loss in {**l_two, **l_one}.items():
+        assert loss == pytest.approx(l_ref[step], abs=1e-5), step
+
+
+def test_sharded_checkpoint_reshards_from_four_ranks_to_two(tmp_path: Path) -> None:
+    """A trainer node lost with no spare: 4 FSDP2 ranks' checkpoint resumes on 2 FSDP2 ranks (each
+    loads two ranks' worth of shards), and ends where the uninterrupted run ends."""
+    ref = make_run(tmp_path / "ref")
+    batches = synthetic_batches(ref)
+    write_rollouts(ref, batches, 1)
+    train(ref, 1, tmp_path / "ref.log")
+
+    four = fork(ref, tmp_path / "four", 3, batches, 4)
+    train(four, 4, tmp_path / "four.log", resume=3, fsdp=True)
+    ckpt6 = four.step(four.ckpt("trainer"), 6)
+    assert sorted(p.name for p in ckpt6.glob("*.distcp")) == [f"__{r}_0.distcp" for r in range(4)]
+
+    two = fork(four, tmp_path / "two", 6, batches, 2)
+    train(two, 2, tmp_path / "two.log", resume=6, fsdp=True)
+    w_ref = final_weights(ref)
+    d_four, d_two = max_diff(final_weights(four), w_ref), max_diff(final_weights(two), w_ref)
+    print(f"max |w - w_ref| after {STEPS} steps: 1->4 {d_four:.3g}, 1->4->2 {d_two:.3g}")
+    assert d_four < ATOL and d_two < ATOL
+    l_ref, l_two = losses(ref), losses(two)
+    assert sorted(l_two) == list(range(6, STEPS))
+    for step, loss in l_two.items():
         assert loss == pytest.approx(l_ref[step], abs=1e-5), step
 
 
