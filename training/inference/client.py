@@ -15,14 +15,22 @@ generation_config.json, and the server's log-probs would no longer be those of s
 Weights reload through the server's weight-update endpoint (`POST /update_weights` with a
 committed weight directory; training/inference/vllm_ext.py adds it to vLLM). Every failure is one
 `ServerError` whose message names the request, the HTTP status and the server's own message.
+
+A completion can be aborted from another thread through its `CancelHandle`: cancel() shuts the
+request's connection down, the blocked read fails at once and complete() raises `RequestCancelled`.
+Closing the connection is the portable abort: vLLM's OpenAI server cancels a request whose client
+disconnects (its completion route listens for the HTTP disconnect), and so does the built-in server.
 """
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
+import socket
+import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +41,45 @@ class ServerError(RuntimeError):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class RequestCancelled(RuntimeError):
+    """The request was aborted through its CancelHandle; no result exists."""
+
+
+class CancelHandle:
+    """Aborts one in-flight request from any thread. cancel() before the request is sent keeps it
+    from being sent; during it, shuts its socket down so the server sees the client leave."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._sock: socket.socket | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self) -> None:
+        with self._lock:  # the owner detaches under the lock before closing: no reused fd is hit
+            self._cancelled = True
+            if self._sock is not None:
+                _shutdown(self._sock)
+
+    def _attach(self, sock: socket.socket, where: str) -> None:
+        with self._lock:
+            if self._cancelled:
+                raise RequestCancelled(f"{where}: cancelled before it was sent")
+            self._sock = sock
+
+    def _detach(self) -> None:
+        with self._lock:
+            self._sock = None
+
+
+def _shutdown(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # already closed by the peer
+        sock.shutdown(socket.SHUT_RDWR)  # wakes a recv blocked in another thread (EOF)
 
 
 @dataclass
@@ -95,20 +142,38 @@ class OpenAICompatClient:
             stop=inference.stop,
         )
 
-    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    def _connection(self, where: str) -> tuple[http.client.HTTPConnection, str]:
+        """A connection to the server and the path prefix of base_url."""
+        url = urllib.parse.urlsplit(self.base_url)
+        kinds = {"http": http.client.HTTPConnection, "https": http.client.HTTPSConnection}
+        if url.scheme not in kinds or not url.hostname:
+            raise ServerError(f"{where}: unreachable: not an http(s) URL")
+        return kinds[url.scheme](url.hostname, url.port, timeout=self.timeout), url.path
+
+    def _request(
+        self, method: str, path: str, body: dict[str, Any] | None = None, cancel: CancelHandle | None = None
+    ) -> Any:
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(
-            self.base_url + path, data=data, method=method, headers={"Content-Type": "application/json"}
-        )
         where = f"{method} {self.base_url}{path}"
+        conn, prefix = self._connection(where)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            raise ServerError(f"{where}: HTTP {exc.code}: {error_message(exc.read())}", exc.code) from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise ServerError(f"{where}: unreachable: {reason}") from None
+            conn.connect()
+            if cancel is not None:
+                assert conn.sock is not None
+                cancel._attach(conn.sock, where)
+            conn.request(method, prefix + path, body=data, headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            status, raw = resp.status, resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            if cancel is not None and cancel.cancelled:
+                raise RequestCancelled(f"{where}: cancelled") from None
+            raise ServerError(f"{where}: unreachable: {exc}") from None
+        finally:
+            if cancel is not None:
+                cancel._detach()
+            conn.close()
+        if not 200 <= status < 300:
+            raise ServerError(f"{where}: HTTP {status}: {error_message(raw)}", status)
         if not raw.strip():
             return None  # vLLM answers GET /health with an empty 200
         try:
@@ -143,8 +208,10 @@ class OpenAICompatClient:
         temperature: float,
         seed: int | None = None,
         stop: list[str] | None = None,
+        cancel: CancelHandle | None = None,
     ) -> list[list[Completion]]:
-        """One request for all prompts; returns n completions per prompt, in prompt order."""
+        """One request for all prompts; returns n completions per prompt, in prompt order.
+        Raises RequestCancelled when `cancel` aborted it before the answer was read."""
         body: dict[str, Any] = {
             "model": self.model,
             "prompt": prompts,
@@ -164,7 +231,7 @@ class OpenAICompatClient:
             body["seed"] = seed
         if stop:
             body["stop"] = list(stop)  # OpenAI `stop`: the environment's end-of-answer strings
-        out = self._request("POST", "/v1/completions", body)
+        out = self._request("POST", "/v1/completions", body, cancel)
         where = f"POST {self.base_url}/v1/completions"
         if not isinstance(out, dict) or not isinstance(out.get("choices"), list):
             raise ServerError(f"{where}: no choices in the response")

@@ -3,7 +3,9 @@
 Sequences join the running batch between decode steps and leave as soon as they finish, so a
 long request never holds back a short one. `pause()` returns once the current decode step is done;
 weights can then be swapped and `resume()` carries on with every in-flight sequence intact (its
-tokens keep the policy version they were sampled with).
+tokens keep the policy version they were sampled with). `cancel(request)` drops a request's
+sequences at the next step (finish_reason "abort", as vLLM reports an aborted request): the server
+calls it when the client hangs up, so an abandoned request stops costing decode steps.
 
 With `kv_cache` (the default) the running batch keeps one left-padded key/value cache: a joining
 sequence is prefilled on its own and its cache merged in, a leaving one is dropped from it, and each
@@ -38,7 +40,7 @@ class Sequence:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
-    finish_reason: str | None = None
+    finish_reason: str | None = None  # "stop", "length", or "abort" when its request was cancelled
     stop: tuple[str, ...] = ()  # strings that end the sequence once its text contains one
     stop_reason: str | None = None  # the stop string that ended it, if any
 
@@ -49,6 +51,7 @@ class Request:
     seqs: list[Sequence]
     done: threading.Event = field(default_factory=threading.Event)
     pending: int = 0
+    cancelled: bool = False  # set by Engine.cancel; the loop drops the sequences at its next step
 
     def wait(self, timeout: float | None = None) -> list[Sequence]:
         if not self.done.wait(timeout):
@@ -213,6 +216,14 @@ class Engine:
             self._cv.notify_all()
         return req
 
+    def cancel(self, req: Request) -> None:
+        """Stop generating for `req`: its unfinished sequences leave the batch (and the KV cache)
+        before the next decode step and end with finish_reason "abort"; `req.done` is then set.
+        A no-op for a finished request."""
+        with self._cv:
+            req.cancelled = True
+            self._cv.notify_all()
+
     # -- control --------------------------------------------------------------------------------
     def pause(self) -> None:
         with self._cv:
@@ -265,24 +276,47 @@ class Engine:
                     self._cv.wait()
                 if self._stop:
                     return
+                aborted = self._drop_cancelled()
                 room = self.max_batch_size - len(self._active)
                 if room > 0 and self._waiting:
                     self._active.extend(self._waiting[:room])
                     del self._waiting[:room]
                 self._busy = True
                 batch = list(self._active)
+            # Set after _busy: pause() returning after a cancelled request is done means the next
+            # step, without its rows, has run.
+            self._finish(aborted)
             try:
-                self._step(batch)
+                if batch:
+                    self._step(batch)
+                else:
+                    self._kv = None  # every sequence was cancelled: nothing left to cache
             finally:
                 with self._cv:
                     self._busy = False
                     finished = [(r, s) for r, s in batch if s.finish_reason is not None]
                     self._active = [(r, s) for r, s in self._active if s.finish_reason is None]
                     self._cv.notify_all()
-                for req, _seq in finished:
-                    req.pending -= 1
-                    if req.pending == 0:
-                        req.done.set()
+                self._finish(finished)
+
+    def _drop_cancelled(self) -> list[tuple[Request, Sequence]]:
+        """Take the sequences of cancelled requests out of the queue and the batch (cv held, loop
+        thread: no step is running, so finish_reason is not being written)."""
+        gone = [(r, s) for r, s in self._active + self._waiting if r.cancelled]
+        if gone:
+            self._active = [(r, s) for r, s in self._active if not r.cancelled]
+            self._waiting = [(r, s) for r, s in self._waiting if not r.cancelled]
+            for _, s in gone:
+                s.finish_reason = "abort"
+        return gone
+
+    @staticmethod
+    def _finish(seqs: list[tuple[Request, Sequence]]) -> None:
+        """Count finished sequences off their requests (loop thread only)."""
+        for req, _seq in seqs:
+            req.pending -= 1
+            if req.pending == 0:
+                req.done.set()
 
     @torch.no_grad()
     def _step(self, batch: list[tuple[Request, Sequence]]) -> None:

@@ -11,14 +11,20 @@ POST /update_weights         {"weight_dir": DIR, "version": N}: load DIR/model.s
                              pause, swap, resume: in-flight requests continue
 POST /pause, POST /resume
 GET  /metrics                Prometheus exposition
+
+A completion whose client disconnects before the answer is aborted, as vLLM's server does: the
+handler checks the connection every 50 ms while it waits and, once the client has closed it, tells
+the engine to drop the request's sequences at its next step and answers nothing.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -34,6 +40,25 @@ log = logging.getLogger("inference")
 
 class BadRequest(ValueError):
     pass
+
+
+class ClientGone(Exception):
+    """The client closed the connection before its completion was ready."""
+
+
+# How often a handler waiting for a completion checks whether its client hung up.
+DISCONNECT_POLL_S = 0.05
+
+
+def peer_closed(sock: socket.socket) -> bool:
+    """Whether the client has closed (or reset) the connection: a non-blocking peek reads EOF.
+    Bytes waiting to be read mean it is still there (nothing is consumed)."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False  # open, nothing sent: the normal case while a request is generated
+    except OSError:
+        return True  # reset or otherwise broken
 
 
 def _prompts(body: dict[str, Any], tokenizer: Any) -> list[list[int]]:
@@ -67,6 +92,8 @@ class _HTTPServer(ThreadingHTTPServer):
     # The orchestrator keeps a request per in-flight group open: the default listen backlog of 5
     # overflows under load (connections reset, or SYN retries that stall a request for seconds).
     request_queue_size = 256
+
+
 def _stop(body: dict[str, Any]) -> list[str]:
     stop = body.get("stop")
     if stop is None:
@@ -103,6 +130,11 @@ class InferenceServer:
             "opsctl_inference_weight_update_seconds", "Last weight update pause", registry=self.registry
         )
         self.m_inflight = Gauge("opsctl_inference_in_flight", "Sequences in flight", registry=self.registry)
+        self.m_aborted = Counter(
+            "opsctl_inference_requests_aborted",
+            "Completion requests aborted because the client disconnected",
+            registry=self.registry,
+        )
         self._update_lock = threading.Lock()
         if engine.detokenize is None:  # stop strings are matched on text
             engine.detokenize = lambda ids: str(tokenizer.decode(ids, skip_special_tokens=True))
@@ -154,7 +186,7 @@ class InferenceServer:
                 try:
                     body = self._body()
                     if self.path == "/v1/completions":
-                        self._send(200, server.complete(body))
+                        self._send(200, server.complete(body, lambda: peer_closed(self.connection)))
                     elif self.path == "/update_weights":
                         self._send(200, server.update_weights(body))
                     elif self.path == "/pause":
@@ -165,6 +197,8 @@ class InferenceServer:
                         self._send(200, {"paused": False})
                     else:
                         self._send(404, {"error": {"message": f"no route {self.path}"}})
+                except ClientGone:
+                    self.close_connection = True  # nobody to answer
                 except BadRequest as exc:
                     self._send(400, {"error": {"message": str(exc), "type": "BadRequestError"}})
                 except Exception as exc:
@@ -175,7 +209,9 @@ class InferenceServer:
         self.httpd.daemon_threads = True
         self.port = int(self.httpd.server_address[1])
 
-    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+    def complete(self, body: dict[str, Any], client_gone: Callable[[], bool] | None = None) -> dict[str, Any]:
+        """The completion response; raises ClientGone (after cancelling the engine's request) as
+        soon as `client_gone()` says the client disconnected while it was generated."""
         prompts = _prompts(body, self.tokenizer)
         n = int(body.get("n", 1))
         max_tokens = int(body.get("max_tokens", 16))
@@ -196,7 +232,13 @@ class InferenceServer:
             seed=None if seed is None else int(seed),
             stop=stop,
         )
-        seqs = req.wait()
+        while not req.done.wait(DISCONNECT_POLL_S):
+            if client_gone is not None and client_gone():
+                self.engine.cancel(req)
+                self.m_aborted.inc()
+                log.info("request %d aborted: the client disconnected", req.id)
+                raise ClientGone
+        seqs = req.seqs
         choices = []
         for idx, s in enumerate(seqs):
             toks = [f"token_id:{t}" if as_ids else self.tokenizer.decode([t]) for t in s.tokens]

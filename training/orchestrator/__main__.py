@@ -34,7 +34,7 @@ from training.common import seed_all, set_threads
 from training.config import JobConfig, load_config
 from training.envs import Environment, load_environment, prompt_ids
 from training.fsutil import COMMITTED, STABLE, latest_step, publish_dir, step_dirs
-from training.inference.client import Completion, OpenAICompatClient
+from training.inference.client import CancelHandle, Completion, OpenAICompatClient
 from training.metrics import Metrics
 from training.model import load_tokenizer
 from training.orchestrator.batch import (
@@ -189,14 +189,23 @@ class Orchestrator:
                 out[i] = comps
         return [(indices[i], out[i]) for i in range(len(indices))]
 
-    def request(self, server: int, indices: list[int], seed: int) -> list[list[Completion]]:
-        """group_size completions for each task, from one server in one request."""
+    def request(
+        self, server: int, indices: list[int], seed: int, cancel: CancelHandle
+    ) -> list[list[Completion]]:
+        """group_size completions for each task, from one server in one request; `cancel` aborts it
+        (RequestCancelled, never retried)."""
         prompts = [self._prompt_ids(self.env.dataset[i].prompt) for i in indices]
         inf = self.cfg.inference
         for attempt in range(3):
             try:
                 return self.clients[server].complete(
-                    prompts, self.oc.group_size, inf.max_tokens, inf.temperature, seed, stop=self.stop_strings
+                    prompts,
+                    self.oc.group_size,
+                    inf.max_tokens,
+                    inf.temperature,
+                    seed,
+                    stop=self.stop_strings,
+                    cancel=cancel,
                 )
             except OSError:  # connection refused or reset before an answer: same seed, same request
                 if attempt == 2:

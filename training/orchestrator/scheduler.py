@@ -6,9 +6,10 @@ Two schedules share one buffer of scored groups, from which the orchestrator tak
 - continuous: every group is its own request. Each server holds at most `per_server` live groups
   and gets a new one as soon as one finishes, so a long completion holds back only its own group,
   not a whole batch. When a live group can only land in a batch more than `max_off_policy_steps`
-  after the policy it was requested with, it is cancelled: its request is abandoned (no longer
-  waited for, its result discarded) and its task goes back to the sampler. Its slot is refilled
-  when the request returns: neither the client nor the built-in server can abort a request.
+  after the policy it was requested with, it is cancelled: its request is aborted through its
+  CancelHandle (the connection is closed; vLLM and the built-in server stop generating for a
+  client that disconnected), its result, should one arrive first, is discarded and its task goes
+  back to the sampler. Its slot is refilled as soon as the aborted request returns.
   That is checked whenever the earliest batch it can land in moves: at a weight update (policy V
   means batches before V are taken), when a batch is taken and when a group is buffered.
 - batch: one request per server per batch, waiting for the slowest completion (the schedule
@@ -30,11 +31,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from training.inference.client import Completion
+from training.inference.client import CancelHandle, Completion, RequestCancelled
 from training.orchestrator.batch import RolloutGroup, TaskSampler, off_policy_lag
 
-# (server index, task indices, seed) -> completions per task, in task order.
-RequestFn = Callable[[int, list[int], int], list[list[Completion]]]
+# (server index, task indices, seed, cancel handle) -> completions per task, in task order. Raises
+# RequestCancelled when the scheduler aborted the request through the handle.
+RequestFn = Callable[[int, list[int], int, CancelHandle], list[list[Completion]]]
 # (task index, its completions, policy version at request time) -> scored group.
 ScoreFn = Callable[[int, list[Completion], int], RolloutGroup]
 
@@ -69,6 +71,7 @@ class Ticket:
     target: int  # the batch the groups are meant for
     start_version: int  # policy loaded on the servers when the request was sent
     cancelled: bool = False
+    abort: CancelHandle = field(default_factory=CancelHandle)  # aborts the HTTP request
 
 
 @dataclass
@@ -115,8 +118,8 @@ class RolloutScheduler:
         self._seq = 0
         self._held = 0  # fresh groups take_batch has popped while it waits for the rest
         self._wave: list[int] = []  # batch schedule: the tasks of the batch in flight, in draw order
-        # HTTP requests not yet returned per server, abandoned ones included (the server still works
-        # on them), and since when each server has had none.
+        # HTTP requests not yet returned per server, cancelled ones included until their abort
+        # returns (the server may still be working on them), and since when each server has had none.
         self._outstanding = [0] * servers
         self._idle_since: list[float | None] = [time.perf_counter()] * servers
 
@@ -196,6 +199,7 @@ class RolloutScheduler:
         for t in list(self.live.values()):
             if earliest - t.start_version > self.max_off_policy_steps:
                 t.cancelled = True
+                t.abort.cancel()  # the server stops generating it; _work sees RequestCancelled
                 del self.live[t.seq]
                 self.sampler.give_back(t.tasks)
                 self.stats.cancelled += len(t.tasks)
@@ -275,18 +279,22 @@ class RolloutScheduler:
     def _work(self, ticket: Ticket) -> None:
         try:
             seed = zlib.crc32(f"{self.seed}:{ticket.target}:{ticket.seq}:{ticket.tasks}".encode())
-            comps = self.request(ticket.server, ticket.tasks, seed)
+            comps = self.request(ticket.server, ticket.tasks, seed, ticket.abort)
             groups = [] if ticket.cancelled else self._score(ticket, comps)
         except BaseException as exc:
             with self.cv:
                 self._returned(ticket.server)
+            # A cancelled ticket's request ends in RequestCancelled (or whatever it met first):
+            # its task was already handed back. An abort nobody asked for is a bug, not a result.
+            if isinstance(exc, RequestCancelled) and not ticket.cancelled:
+                exc = RuntimeError(f"group {ticket.seq}: request aborted without being cancelled: {exc}")
             if not ticket.cancelled:
                 self.fail(exc)
             return
         with self.cv:
             self._returned(ticket.server)
             if ticket.cancelled:
-                return  # abandoned at a weight update: its task was already handed back
+                return  # cancelled, but the answer came first: discarded, its task handed back
             del self.live[ticket.seq]
             self._accept(groups, ticket)
             self._cancel_stale()
@@ -318,7 +326,10 @@ class RolloutScheduler:
                     for t in tickets:
                         self.live[t.seq] = t
                         self._sent(t.server)
-                futures = [pool.submit(self.request, t.server, t.tasks, seed + t.server) for t in tickets]
+                # Never cancelled: the batch schedule waits for every request of its batch.
+                futures = [
+                    pool.submit(self.request, t.server, t.tasks, seed + t.server, t.abort) for t in tickets
+                ]
                 done: dict[int, list[RolloutGroup]] = {}
                 try:
                     for t, fut in zip(tickets, futures, strict=True):

@@ -179,3 +179,36 @@ def test_kv_cache_is_refused_at_start_for_sliding_window_layers(tiny_model_dir: 
         Engine(model, 0, set(), kv_cache=True)
     Engine(model, 0, set(), kv_cache=False).stop()  # recomputing the prefix works for any layer
     Engine(load_model(tiny_model_dir), 0, set(), kv_cache=True).stop()
+
+
+def test_a_cancelled_request_leaves_the_batch_and_the_others_are_unchanged(tiny_model_dir: Path) -> None:
+    eng, _ = make_engine(tiny_model_dir, max_batch_size=3)
+    try:
+        eng.pause()
+        doomed = eng.submit([[1, 5, 6]], n=2, max_tokens=200, temperature=1.0, seed=4)
+        kept = eng.submit([[1, 9, 8, 7]], n=1, max_tokens=40, temperature=1.0, seed=6)
+        queued = eng.submit([[1, 7]], n=1, max_tokens=5, temperature=1.0, seed=8)  # no room: waits
+        eng.resume()
+        while eng.steps < 4:
+            time.sleep(0.001)
+        eng.pause()  # no step runs between counting the tokens and the cancel
+        so_far = [len(s.tokens) for s in doomed.seqs]
+        eng.cancel(doomed)
+        eng.cancel(queued)
+        assert eng.in_flight() == 4  # dropped by the loop at its next step, not by cancel()
+        eng.resume()
+        assert doomed.wait(30) and queued.wait(30)
+        eng.pause()  # the step after the drop has run: the cache holds the kept request's row only
+        assert eng._kv is not None and [id(r) for r in eng._kv.rows] == [id(s) for s in kept.seqs]
+        eng.resume()
+        # Not one token after the cancel, far short of max_tokens; the queued one never started.
+        assert [len(s.tokens) for s in doomed.seqs] == so_far and max(so_far) < 200
+        assert all(s.finish_reason == "abort" for s in doomed.seqs + queued.seqs)
+        assert queued.seqs[0].tokens == []
+        mixed = kept.wait(60)[0]
+        assert eng.in_flight() == 0
+        alone = eng.submit([[1, 9, 8, 7]], n=1, max_tokens=40, temperature=1.0, seed=6).wait(60)[0]
+    finally:
+        eng.stop()
+    assert mixed.finish_reason == "length" and mixed.tokens == alone.tokens
+    assert max(abs(x - y) for x, y in zip(mixed.logprobs, alone.logprobs, strict=True)) <= 1e-5

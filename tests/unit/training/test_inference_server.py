@@ -1,6 +1,8 @@
 """The OpenAI-compatible client against a real server (the built-in one, over HTTP)."""
 
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -9,7 +11,7 @@ from safetensors.torch import save_file
 from transformers import PreTrainedTokenizerFast
 
 from training.fsutil import publish_dir
-from training.inference.client import OpenAICompatClient, ServerError
+from training.inference.client import CancelHandle, OpenAICompatClient, RequestCancelled, ServerError
 from training.inference.engine import Engine
 from training.inference.server import InferenceServer
 from training.model import load_model, load_tokenizer, token_logprobs
@@ -102,3 +104,48 @@ def test_text_prompts_get_bos_only_when_the_tokenizer_has_one(
             assert plain["usage"]["prompt_tokens"] == len("12+3=") + len("4+5=")
         finally:
             srv.shutdown()
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def test_a_cancelled_completion_is_aborted_on_the_server(server: InferenceServer) -> None:
+    eng = server.engine
+    client = OpenAICompatClient(f"http://127.0.0.1:{server.port}", timeout=60)
+    handle = CancelHandle()
+    outcome: list[BaseException] = []
+
+    def long_completion() -> None:
+        try:
+            client.complete([[1, 5, 6]], n=2, max_tokens=200, temperature=1.0, seed=1, cancel=handle)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    th = threading.Thread(target=long_completion, daemon=True)
+    th.start()
+    wait_for(lambda: eng.tokens_generated > 0)  # the server is generating it
+    eng.pause()  # from here on the completion cannot finish: only the abort can end the call
+    generated = eng.tokens_generated
+    handle.cancel()
+    th.join(30)
+    assert not th.is_alive() and len(outcome) == 1 and isinstance(outcome[0], RequestCancelled)
+    aborted = "opsctl_inference_requests_aborted_total"
+    wait_for(lambda: server.registry.get_sample_value(aborted) == 1.0)  # the handler saw it leave
+    assert eng.in_flight() == 2  # paused: the engine drops it at its next step
+    eng.resume()
+    wait_for(lambda: eng.in_flight() == 0)
+    assert eng.tokens_generated == generated < 2 * 200  # not one token after the abort
+    # A handle cancelled before the call sends nothing; the server serves the next request as usual.
+    requests = server.registry.get_sample_value("opsctl_inference_requests_total")
+    early = CancelHandle()
+    early.cancel()
+    with pytest.raises(RequestCancelled, match="before it was sent"):
+        client.complete([[1, 5]], n=1, max_tokens=3, temperature=1.0, cancel=early)
+    (done,) = client.complete([[1, 5]], n=1, max_tokens=3, temperature=1.0, cancel=CancelHandle())[0]
+    assert len(done.tokens) == 3 and done.finish_reason == "length"
+    assert server.registry.get_sample_value("opsctl_inference_requests_total") == requests + 1
+    assert server.registry.get_sample_value(aborted) == 1.0
