@@ -11,7 +11,7 @@ import pytest
 from safetensors.torch import save_file
 
 from training.fsutil import publish_dir
-from training.inference.client import Completion, OpenAICompatClient
+from training.inference.client import CancelHandle, Completion, OpenAICompatClient, RequestCancelled
 from training.inference.engine import Engine
 from training.inference.server import InferenceServer
 from training.model import load_model, load_tokenizer
@@ -34,7 +34,7 @@ def weights(tiny_model_dir: Path, tmp_path: Path) -> Callable[[int], str]:
 
 
 @pytest.fixture
-def clients(tiny_model_dir: Path) -> Iterator[list[OpenAICompatClient]]:
+def servers(tiny_model_dir: Path) -> Iterator[list[InferenceServer]]:
     tok = load_tokenizer(tiny_model_dir)
     servers = []
     for _ in range(2):
@@ -42,41 +42,60 @@ def clients(tiny_model_dir: Path) -> Iterator[list[OpenAICompatClient]]:
         srv = InferenceServer(eng, tok, "tiny", "127.0.0.1", 0)
         srv.start()
         servers.append(srv)
-    cs = [OpenAICompatClient(f"http://127.0.0.1:{s.port}") for s in servers]
-    for c in cs:
-        c.wait_ready(10)
-    yield cs
+    yield servers
     for s in servers:
         s.shutdown()
 
 
+@pytest.fixture
+def clients(servers: list[InferenceServer]) -> list[OpenAICompatClient]:
+    cs = [OpenAICompatClient(f"http://127.0.0.1:{s.port}") for s in servers]
+    for c in cs:
+        c.wait_ready(10)
+    return cs
+
+
 class Harness:
-    """Requests go to the real servers; `gates` hold chosen tasks back (a long completion whose end
-    the test decides), and per-server concurrency is recorded."""
+    """Requests go to the real servers; `gates` hold chosen tasks back before their request is sent
+    (a slow group whose end the test decides), `long` gives chosen tasks a long completion, and
+    per-server concurrency and each request's outcome ("ok" or the exception's name) are recorded."""
 
     def __init__(self, clients: list[OpenAICompatClient], rewards: Callable[[int], list[float]]) -> None:
         self.clients, self.rewards = clients, rewards
         self.gates: dict[int, threading.Event] = {}
+        self.long: dict[int, int] = {}  # task -> max_tokens of its first request
+        self.self_abort: set[int] = set()  # tasks whose request aborts itself, unasked
         self.lock = threading.Lock()
         self.now = [0] * len(clients)
         self.peak = [0] * len(clients)
         self.requests: list[tuple[int, list[int]]] = []
+        self.outcomes: list[tuple[list[int], str]] = []
 
-    def request(self, server: int, tasks: list[int], seed: int) -> list[list[Completion]]:
+    def request(
+        self, server: int, tasks: list[int], seed: int, cancel: CancelHandle
+    ) -> list[list[Completion]]:
         with self.lock:
             self.now[server] += 1
             self.peak[server] = max(self.peak[server], self.now[server])
             self.requests.append((server, list(tasks)))
+        outcome = "ok"
         try:
             for t in tasks:
                 gate = self.gates.pop(t, None)  # only the task's first request is held back
                 if gate is not None:
                     assert gate.wait(30)
+            max_tokens = max([self.long.pop(t, 3) for t in tasks])
+            if self.self_abort & set(tasks):
+                cancel.cancel()
             prompts = [[1, 5 + t % 10, 40, 45] for t in tasks]
-            return self.clients[server].complete(prompts, GROUP, 3, 1.0, seed)
+            return self.clients[server].complete(prompts, GROUP, max_tokens, 1.0, seed, cancel=cancel)
+        except BaseException as exc:
+            outcome = type(exc).__name__
+            raise
         finally:
             with self.lock:
                 self.now[server] -= 1
+                self.outcomes.append((list(tasks), outcome))
 
     def score(self, task: int, comps: list[Completion], version: int) -> RolloutGroup:
         rollouts = [
@@ -177,11 +196,53 @@ def test_in_flight_groups_that_would_arrive_too_stale_are_cancelled(
     assert not gate.is_set()
     assert [g.start_version for g in groups if g.task_index == slow] == [1]
     assert max(lags) <= 1
-    gate.set()  # the abandoned request returns: its result is discarded
+    gate.set()  # the cancelled request goes on: its handle is already cancelled, so it is not sent
     wait_for(lambda: sum(h.now) == 0)
     time.sleep(0.1)
+    assert ([slow], RequestCancelled.__name__) in h.outcomes
     assert all(g.start_version >= 1 for g in sched.buffer)
     assert sched.error is None and sched.stats.cancelled == 1
+    sched.stop()
+    th.join(10)
+
+
+def test_a_cancelled_group_is_aborted_on_its_server(
+    servers: list[InferenceServer], clients: list[OpenAICompatClient], weights: Callable[[int], str]
+) -> None:
+    # As above, but the slow group is a real long completion on the server, not a gate before it.
+    long = 20_000
+    h = Harness(clients, varied)
+    slow = TaskSampler(1000, seed=3).draw(1)[0]
+    h.long[slow] = long
+    sched, th = make(h, continuous=True, async_level=1, max_off_policy_steps=1, batch_groups=2)
+    sched.take_batch(0)
+    push(sched, h, weights, 1)
+    sched.take_batch(1)
+    assert sched.stats.cancelled == 1
+    push(sched, h, weights, 2)
+    groups, lags, _ = sched.take_batch(2)
+    assert [g.start_version for g in groups if g.task_index == slow] == [1] and max(lags) <= 1
+    # The abort freed the request and its server: everything returns and no server keeps generating
+    # the abandoned group to its end (20000 tokens, far more than every other request's together).
+    wait_for(lambda: sum(h.now) == 0)
+    wait_for(lambda: all(s.engine.in_flight() == 0 for s in servers))
+    assert ([slow], RequestCancelled.__name__) in h.outcomes
+    assert sum(s.engine.tokens_generated for s in servers) < long
+    assert sum(s.registry.get_sample_value("opsctl_inference_requests_aborted_total") for s in servers) == 1
+    assert sched.error is None and sched.stats.cancelled == 1
+    sched.stop()
+    th.join(10)
+
+
+def test_an_abort_the_scheduler_did_not_ask_for_is_an_error(
+    clients: list[OpenAICompatClient], weights: Callable[[int], str]
+) -> None:
+    h = Harness(clients, varied)
+    h.self_abort.add(TaskSampler(1000, seed=3).draw(1)[0])
+    sched, th = make(h, continuous=True, async_level=1, max_off_policy_steps=4)
+    with pytest.raises(RuntimeError, match="rollout scheduling failed") as exc:
+        sched.take_batch(0)
+    assert "aborted without being cancelled" in str(exc.value.__cause__)
     sched.stop()
     th.join(10)
 
