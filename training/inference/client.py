@@ -161,7 +161,9 @@ class OpenAICompatClient:
             if cancel is not None:
                 assert conn.sock is not None
                 cancel._attach(conn.sock, where)
-            conn.request(method, prefix + path, body=data, headers={"Content-Type": "application/json"})
+            # One request per connection, as urllib did: the server's handler ends with the answer.
+            headers = {"Content-Type": "application/json", "Connection": "close"}
+            conn.request(method, prefix + path, body=data, headers=headers)
             resp = conn.getresponse()
             status, raw = resp.status, resp.read()
         except (OSError, http.client.HTTPException) as exc:

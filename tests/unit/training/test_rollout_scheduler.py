@@ -216,20 +216,29 @@ def test_a_cancelled_group_is_aborted_on_its_server(
     h.long[slow] = long
     sched, th = make(h, continuous=True, async_level=1, max_off_policy_steps=1, batch_groups=2)
     sched.take_batch(0)
+    # The server is generating the slow group: the other groups (3 tokens x 2) and the admission
+    # bound (4 groups) leave far fewer tokens than this.
+    wait_for(lambda: sum(s.engine.tokens_generated for s in servers) >= 200)
     push(sched, h, weights, 1)
     sched.take_batch(1)
     assert sched.stats.cancelled == 1
     push(sched, h, weights, 2)
-    groups, lags, _ = sched.take_batch(2)
-    assert [g.start_version for g in groups if g.task_index == slow] == [1] and max(lags) <= 1
+    _, lags, _ = sched.take_batch(2)
+    assert max(lags) <= 1
     # The abort freed the request and its server: everything returns and no server keeps generating
     # the abandoned group to its end (20000 tokens, far more than every other request's together).
     wait_for(lambda: sum(h.now) == 0)
     wait_for(lambda: all(s.engine.in_flight() == 0 for s in servers))
     assert ([slow], RequestCancelled.__name__) in h.outcomes
     assert sum(s.engine.tokens_generated for s in servers) < long
-    assert sum(s.registry.get_sample_value("opsctl_inference_requests_aborted_total") for s in servers) == 1
-    assert sched.error is None and sched.stats.cancelled == 1
+    # Servers count the aborts they saw; a short group cancelled at batch 2 may have been answered
+    # before its abort reached the server.
+    metric = "opsctl_inference_requests_aborted_total"
+    aborted = sum(s.registry.get_sample_value(metric) or 0 for s in servers)
+    cancelled_requests = sum(1 for _, outcome in h.outcomes if outcome == RequestCancelled.__name__)
+    assert 1 <= aborted <= cancelled_requests <= sched.stats.cancelled
+    assert slow in [t for _, tasks in h.requests[1:] for t in tasks]  # requested again
+    assert sched.error is None
     sched.stop()
     th.join(10)
 
