@@ -26,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "integration" / "launch"))
+sys.path.insert(0, str(ROOT / "tests"))  # tiny_job, which launch_sim_helpers imports
 
 from launch_sim_helpers import LaunchEnv, LaunchSim, launch_toml  # noqa: E402
 from simnode import kill_node  # noqa: E402

@@ -30,6 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "integration" / "launch"))
+sys.path.insert(0, str(ROOT / "tests"))  # tiny_job, which launch_sim_helpers imports
 
 from launch_sim_helpers import DEMO, TINY, LaunchSim, launch_toml  # noqa: E402
 from procstat import cpu_seconds, linear_fit, rss_kib  # noqa: E402

@@ -142,7 +142,7 @@ class Orchestrator:
 
     def load_checkpoint(self, step: int) -> None:
         state = torch.load(
-            self.run.step(self.run.ckpt("orchestrator"), step) / "state.pt", weights_only=False
+            self.run.step(self.run.ckpt("orchestrator"), step) / "state.pt", weights_only=True
         )
         self.sampler.load_state_dict(state["sampler"])
         self.consumed = list(state["consumed"])

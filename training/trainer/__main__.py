@@ -164,7 +164,7 @@ class Trainer:
                 return
             t0 = time.perf_counter()
             path = wait_for(self.run.step(self.run.rollouts, self.step))
-            batch = torch.load(path / f"rank_{self.rank}.pt", weights_only=False)
+            batch = torch.load(path / f"rank_{self.rank}.pt", weights_only=True)
             t1 = time.perf_counter()
             rec = self.train_step(batch)
             t2 = time.perf_counter()

@@ -228,7 +228,7 @@ def load_checkpoint(run: RunDir, step: int, model: Any, opt: torch.optim.Optimiz
             {"model": model_sd, "optim": optim_sd}, checkpoint_id=path, no_dist=not dist.is_initialized()
         )
     set_state_dict(model, opt, model_state_dict=model_sd, optim_state_dict=optim_sd)
-    meta = TrainerState(**torch.load(path / TRAINER_STATE, weights_only=False))
+    meta = TrainerState(**torch.load(path / TRAINER_STATE, weights_only=True))
     sched.load_state_dict(meta.scheduler)
     torch.set_rng_state(meta.torch_rng)
     random.setstate(meta.python_rng)

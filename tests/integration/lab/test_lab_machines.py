@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from conftest import boot_lab
 from lab_helpers import GPU_NODES, Converged, RunningLab, lab_status, wait_for
+from tiny_job import TINY_JOB
 
 from opsctl.lab import machines, net
 from opsctl.lab.converge import ConvergeResult
@@ -160,17 +161,7 @@ def test_a_slurm_job_runs_the_training_runtime_from_the_share(lab: RunningLab, c
     assert lab.ssh("gpu-001", "test", "-x", f"{venv}/bin/python").returncode == 0
 
 
-# A tiny CPU job (what the launch tests run on the simulated cluster).
-TINY_RUN = [
-    "sft.steps=20",
-    "sft.num_demos=64",
-    "orchestrator.eval_size=0",
-    "orchestrator.batch_groups=4",
-    "orchestrator.group_size=4",
-    "inference.max_tokens=4",
-    "env.kwargs={digits = 2, num_train = 400, num_eval = 20}",
-    "trainer.steps=4",
-]
+TINY_RUN = [*TINY_JOB, "trainer.steps=4"]
 
 
 def test_an_rl_run_launched_from_the_host_trains_on_the_lab(lab: RunningLab, converged: Converged) -> None:

@@ -16,22 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tiny_job import TINY_JOB
+
 from opsctl.sim.cluster import SimCluster, SimState
 
 ROOT = Path(__file__).resolve().parents[3]
 DEMO = ROOT / "training" / "configs" / "demo.toml"
 CRED_EXPIRE_S = 15
 
-# A tiny CPU job: short SFT, small batches, no evaluation.
-TINY = [
-    "sft.steps=20",
-    "sft.num_demos=64",
-    "orchestrator.eval_size=0",
-    "orchestrator.batch_groups=4",
-    "orchestrator.group_size=4",
-    "inference.max_tokens=4",
-    "env.kwargs={digits = 2, num_train = 400, num_eval = 20}",
-]
+TINY = TINY_JOB
 
 
 class LaunchSim(SimCluster):

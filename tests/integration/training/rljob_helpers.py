@@ -11,19 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tiny_job import TINY_JOB
+
 ROOT = Path(__file__).resolve().parents[3]
 DEMO = ROOT / "training" / "configs" / "demo.toml"
 
-# Small and fast: a short SFT, little evaluation.
-FAST = [
-    "sft.steps=20",
-    "sft.num_demos=64",
-    "orchestrator.eval_size=0",
-    "orchestrator.batch_groups=4",
-    "orchestrator.group_size=4",
-    "inference.max_tokens=4",
-    "env.kwargs={digits = 2, num_train = 400, num_eval = 20}",
-]
+FAST = TINY_JOB
 
 
 def launch_argv(output: Path, overrides: list[str], resume: bool = False) -> list[str]:

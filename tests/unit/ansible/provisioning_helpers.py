@@ -87,3 +87,20 @@ def run_ansible(
             f"{tool} {' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
         )
     return proc
+
+
+def render_playbook(
+    playbook: str,
+    tmp_path: Path,
+    *extra: str,
+    inventory: str = "inventory/production",
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """Run one of tests/unit/ansible/playbooks (a role's render tasks) against INVENTORY with this
+    interpreter as Ansible's Python; EXTRA carries the destination (-e render_dest=...) and more."""
+    return run_ansible(
+        "ansible-playbook",
+        ["-i", inventory, playbook, "-e", f"ansible_python_interpreter={sys.executable}", *extra],
+        tmp_path,
+        check=check,
+    )

@@ -5,31 +5,19 @@ from __future__ import annotations
 
 import csv
 import io
-import sys
 from pathlib import Path
 
 import pytest
-from provisioning_helpers import REPO, run_ansible
+from provisioning_helpers import REPO, render_playbook
 
 PLAYBOOK = "tests/unit/ansible/playbooks/render_dcgm_counters.yml"
 
 
 def render(tmp_path: Path, dcgm_version: str) -> dict[str, str]:
     dest = tmp_path / f"counters-{dcgm_version}.csv"
-    run_ansible(
-        "ansible-playbook",
-        [
-            "-i",
-            "localhost,",
-            PLAYBOOK,
-            "-e",
-            f"dcgm_render_dest={dest}",
-            "-e",
-            f"dcgm_version={dcgm_version}",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-        ],
-        tmp_path,
+    render_playbook(
+        PLAYBOOK, tmp_path, "-e", f"dcgm_render_dest={dest}", "-e", f"dcgm_version={dcgm_version}",
+        inventory="localhost,",
     )
     rows = [r for r in csv.reader(io.StringIO(dest.read_text())) if r and not r[0].startswith("#")]
     assert all(len(r) == 3 for r in rows), rows  # dcgm-exporter refuses any other shape

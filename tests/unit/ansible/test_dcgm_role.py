@@ -6,11 +6,10 @@ from __future__ import annotations
 import configparser
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from provisioning_helpers import GOLDEN, REPO, run_ansible
+from provisioning_helpers import GOLDEN, REPO, render_playbook
 
 PLAYBOOK = "tests/unit/ansible/playbooks/render_dcgm.yml"
 VERSIONS = REPO / "inventory/production/group_vars/all/versions.yml"
@@ -29,12 +28,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("dcgm")
     out = tmp / "out"
     out.mkdir()
-    run_ansible(
-        "ansible-playbook",
-        ["-i", "localhost,", PLAYBOOK, "-e", f"render_dest={out}", "-e", f"@{VERSIONS}",
-         "-e", f"ansible_python_interpreter={sys.executable}"],
-        tmp,
-    )  # fmt: skip
+    render_playbook(PLAYBOOK, tmp, "-e", f"render_dest={out}", "-e", f"@{VERSIONS}", inventory="localhost,")
     return out
 
 

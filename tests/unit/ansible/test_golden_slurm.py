@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
 from ClusterShell.NodeSet import NodeSet
-from provisioning_helpers import GOLDEN, REPO, load_library_module, real, run_ansible, sample
+from provisioning_helpers import GOLDEN, REPO, load_library_module, real, render_playbook, run_ansible, sample
 
 from opsctl.parsers.ib_sysfs import parse_flattened
 
@@ -25,24 +24,17 @@ def render(tmp_path: Path, *extra: str, record_dir: Path | None = None) -> Path:
     out = tmp_path / "rendered"
     out.mkdir(exist_ok=True)
     records = record_dir or tmp_path / "no-recorded-facts"
-    run_ansible(
-        "ansible-playbook",
-        [
-            "-i",
-            "inventory/production",
-            PLAYBOOK,
-            "-e",
-            f"slurm_render_dest={out}",
-            "-e",
-            f"hw_facts_record_dir={records}",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            # no daemon restarts here: the handlers are for the cluster's hosts
-            "-e",
-            '{"slurm_is_compute": false, "slurm_is_controller": false, "slurm_is_dbd": false}',
-            *extra,
-        ],
+    render_playbook(
+        PLAYBOOK,
         tmp_path,
+        "-e",
+        f"slurm_render_dest={out}",
+        "-e",
+        f"hw_facts_record_dir={records}",
+        # no daemon restarts here: the handlers are for the cluster's hosts
+        "-e",
+        '{"slurm_is_compute": false, "slurm_is_controller": false, "slurm_is_dbd": false}',
+        *extra,
     )
     return out
 

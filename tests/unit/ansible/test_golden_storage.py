@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from provisioning_helpers import GOLDEN, REPO, run_ansible, sample
+from provisioning_helpers import GOLDEN, REPO, render_playbook, run_ansible, sample
 from test_golden_slurm import recorded_sample_facts
 
 from opsctl.hwsim import state as hwstate
@@ -78,19 +78,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
             }
         )
     )
-    run_ansible(
-        "ansible-playbook",
-        [
-            "-i",
-            "inventory/production",
-            PLAYBOOK,
-            "-e",
-            f"@{extra}",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-        ],
-        tmp,
-    )
+    render_playbook(PLAYBOOK, tmp, "-e", f"@{extra}")
     return tmp / "out"
 
 

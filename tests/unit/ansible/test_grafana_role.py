@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 import os
 import stat
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from provisioning_helpers import GOLDEN, REPO, run_ansible
+from provisioning_helpers import GOLDEN, REPO, render_playbook
 
 PLAYBOOK = "tests/unit/ansible/playbooks/render_grafana.yml"
 UPDATE = os.environ.get("OPSCTL_UPDATE_GOLDEN") == "1"
@@ -25,13 +24,9 @@ GOLDEN_FILES = {
 
 def render(out: Path, secrets: Path, tmp: Path, *extra: str, check: bool = True) -> str:
     out.mkdir(parents=True, exist_ok=True)
-    proc = run_ansible(
-        "ansible-playbook",
-        ["-i", "inventory/production", PLAYBOOK, "-e", f"render_dest={out}", "-e", f"secrets_dir={secrets}",
-         "-e", f"ansible_python_interpreter={sys.executable}", *extra],
-        tmp,
-        check=check,
-    )  # fmt: skip
+    proc = render_playbook(
+        PLAYBOOK, tmp, "-e", f"render_dest={out}", "-e", f"secrets_dir={secrets}", *extra, check=check
+    )
     return proc.stdout + proc.stderr
 
 
@@ -103,12 +98,6 @@ def test_the_role_refuses_to_run_without_grafanas_package(tmp_path: Path) -> Non
         "- name: Grafana without its package\n  hosts: head-01\n  connection: local\n  gather_facts: false\n"
         "  roles:\n    - role: grafana\n      vars: {grafana_deb_src: '', ansible_become: false}\n"
     )
-    proc = run_ansible(
-        "ansible-playbook",
-        ["-i", "inventory/production", str(play), "-e", f"ansible_python_interpreter={sys.executable}",
-         "-e", f"secrets_dir={tmp_path / 'secrets'}"],
-        tmp_path,
-        check=False,
-    )  # fmt: skip
+    proc = render_playbook(str(play), tmp_path, "-e", f"secrets_dir={tmp_path / 'secrets'}", check=False)
     assert proc.returncode != 0
     assert "Debian does not package Grafana" in proc.stdout

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from provisioning_helpers import GOLDEN, run_ansible
+from provisioning_helpers import GOLDEN, render_playbook
 
 from opsctl.checks.settings import HealthSection
 from opsctl.config import parse_config
@@ -26,20 +26,7 @@ GOLDEN_FILES = ("alertmanager.yml", "opsctl.toml", "opsctl-remediation.service",
 
 def render(out: Path, tmp: Path, *extra: str) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    run_ansible(
-        "ansible-playbook",
-        [
-            "-i",
-            "inventory/production",
-            PLAYBOOK,
-            "-e",
-            f"render_dest={out}",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            *extra,
-        ],
-        tmp,
-    )
+    render_playbook(PLAYBOOK, tmp, "-e", f"render_dest={out}", *extra)
     return out
 
 
@@ -94,22 +81,10 @@ def test_alertmanager_config_is_valid_and_routes_by_severity(rendered):
 
 def test_amtool_refuses_a_broken_override(tmp_path):
     # the role's validate step is amtool: a route to an undefined receiver never reaches the host
-    proc = run_ansible(
-        "ansible-playbook",
-        [
-            "-i",
-            "inventory/production",
-            PLAYBOOK,
-            "-e",
-            f"render_dest={tmp_path}",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            "-e",
-            json.dumps({"alertmanager_config": {"route": {"receiver": "nobody"}}}),
-        ],
-        tmp_path,
-        check=False,
-    )
+    proc = render_playbook(
+        PLAYBOOK, tmp_path, "-e", f"render_dest={tmp_path}",
+        "-e", json.dumps({"alertmanager_config": {"route": {"receiver": "nobody"}}}), check=False,
+    )  # fmt: skip
     assert proc.returncode != 0
     assert "failed to validate" in proc.stdout + proc.stderr
     assert not (tmp_path / "alertmanager.yml").exists()

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from provisioning_helpers import GOLDEN, REPO, run_ansible
+from provisioning_helpers import GOLDEN, REPO, render_playbook
 
 PLAYBOOK = "tests/unit/ansible/playbooks/render_pins.yml"
 UPDATE = os.environ.get("OPSCTL_UPDATE_GOLDEN") == "1"
@@ -26,12 +25,7 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("pins")
     out = tmp / "out"
     out.mkdir()
-    run_ansible(
-        "ansible-playbook",
-        ["-i", "inventory/production", PLAYBOOK, "-e", f"render_dest={out}",
-         "-e", f"ansible_python_interpreter={sys.executable}"],
-        tmp,
-    )  # fmt: skip
+    render_playbook(PLAYBOOK, tmp, "-e", f"render_dest={out}")
     return out
 
 

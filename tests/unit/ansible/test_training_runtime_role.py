@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from provisioning_helpers import GOLDEN, REPO, run_ansible
+from provisioning_helpers import GOLDEN, REPO, render_playbook
 
 PLAYBOOK = "tests/unit/ansible/playbooks/render_runtime.yml"
 UPDATE = os.environ.get("OPSCTL_UPDATE_GOLDEN") == "1"
@@ -22,21 +22,7 @@ FILES = ("pip.conf", "requirements.txt", "verify.py")
 
 def render(out: Path, tmp: Path, *extra: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     out.mkdir(parents=True, exist_ok=True)
-    return run_ansible(
-        "ansible-playbook",
-        [
-            "-i",
-            "inventory/production",
-            PLAYBOOK,
-            "-e",
-            f"render_dest={out}",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            *extra,
-        ],
-        tmp,
-        check=check,
-    )
+    return render_playbook(PLAYBOOK, tmp, "-e", f"render_dest={out}", *extra, check=check)
 
 
 @pytest.fixture(scope="module")
