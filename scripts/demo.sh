@@ -9,7 +9,8 @@
 #      first checkpoint a GPU of the trainer node throws XID 79: watch drains that node through the
 #      health guardrails, quarantines it and resubmits the run on the remaining nodes, which resumes
 #      from the checkpoint and finishes; the watcher ends with the learning curve.
-#   4. The GPU is replaced: heal the node, release it from quarantine, resume it; all healthy.
+#   4. The GPU is replaced: heal the node, release it from quarantine, resume it (health keeps its
+#      XID on record until it sees a reboot, which lab machines cannot show: docs/lab.md).
 # Whatever happens, everything started here is torn down on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
