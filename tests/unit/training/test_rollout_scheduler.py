@@ -189,19 +189,23 @@ def test_in_flight_groups_that_would_arrive_too_stale_are_cancelled(
     # Batch 1 is gone, so the slow group (policy 0) can only land in batch 2 or later: lag > 1.
     assert sched.stats.cancelled == 1
     assert slow not in [t for t in sched.pending_tasks()[: len(sched.buffer)]]
-    # Its task went back to the sampler and is requested again on policy 1; batch 2 does not wait
-    # for the abandoned request, which is still held back.
+    # Its task went back to the sampler, first in line, and is requested again on policy 1 (the
+    # gate holds only a task's first request). Batch 2 does not wait for the abandoned request,
+    # which is still held back. Whether the new request beats the groups already in flight into
+    # batch 2 is timing (when it does not, it is too stale for batch 3 and cancelled in turn), so
+    # only the re-request and the lag bound are asserted.
+    wait_for(lambda: [t for _, tasks in h.requests for t in tasks].count(slow) >= 2)
     push(sched, h, weights, 2)
     groups, lags, _ = sched.take_batch(2)
     assert not gate.is_set()
-    assert [g.start_version for g in groups if g.task_index == slow] == [1]
+    assert all(g.start_version == 1 for g in groups if g.task_index == slow)
     assert max(lags) <= 1
     gate.set()  # the cancelled request goes on: its handle is already cancelled, so it is not sent
     wait_for(lambda: sum(h.now) == 0)
     time.sleep(0.1)
     assert ([slow], RequestCancelled.__name__) in h.outcomes
     assert all(g.start_version >= 1 for g in sched.buffer)
-    assert sched.error is None and sched.stats.cancelled == 1
+    assert sched.error is None and sched.stats.cancelled >= 1
     sched.stop()
     th.join(10)
 
