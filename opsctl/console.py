@@ -7,6 +7,7 @@ would turn "opsctl:watch:..." into a clock. Colour comes from styles on Text, ne
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -14,3 +15,9 @@ from rich.console import Console
 
 def plain_console(**kwargs: Any) -> Console:
     return Console(markup=False, emoji=False, **kwargs)
+
+
+def listing_console() -> Console:
+    """For the row-per-node listings (`nodes`, `quarantine list`): piped into grep or a ticket, a
+    row must not be cut to an 80-column default, so output that is not a terminal is 240 wide."""
+    return plain_console(soft_wrap=True, width=None if sys.stdout.isatty() else 240)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from opsctl.audit import AuditLog
@@ -52,7 +50,7 @@ def _quarantined(config: Config) -> set[str]:
 def _print_table(found: list[Node], held: set[str]) -> None:
     from rich.table import Table
 
-    from opsctl.console import plain_console
+    from opsctl.console import listing_console
 
     table = Table(box=None, header_style="bold", pad_edge=False)
     for column in ("NODE", "STATE", "GPUS", "JOBS", "REASON"):
@@ -64,8 +62,7 @@ def _print_table(found: list[Node], held: set[str]) -> None:
         style = "red" if node.out_of_service else None
         state = node.display_state + (" (quarantined)" if node.name in held else "")
         table.add_row(node.name, state, gpus, jobs, reason or "-", style=style)
-    # Piped into grep or a ticket, a reason must not be cut to an 80-column default.
-    plain_console(soft_wrap=True, width=None if sys.stdout.isatty() else 240).print(table)
+    listing_console().print(table)
 
 
 @click.command("drain")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -63,7 +62,7 @@ def list_cmd(ctx: click.Context, nodeset: str | None, as_json: bool) -> None:
 def _print_table(listing: Listing) -> None:
     from rich.table import Table
 
-    from opsctl.console import plain_console
+    from opsctl.console import listing_console
 
     table = Table(box=None, header_style="bold", pad_edge=False)
     for column in ("NODE", "SINCE (UTC)", "RUN", "JOB", "BY", "REASON", "SLURM", "SLURM REASON"):
@@ -72,8 +71,7 @@ def _print_table(listing: Listing) -> None:
         table.add_row(n.node, n.since or "-", n.run_id or "-", str(n.job_id) if n.job_id else "-",
                       n.user or ("watch" if n.run_id else "-"), n.reason or "-", n.slurm_state,
                       n.slurm_reason or "-")
-    # Piped into grep or a ticket, a row must not be cut to an 80-column default.
-    plain_console(soft_wrap=True, width=None if sys.stdout.isatty() else 240).print(table)
+    listing_console().print(table)
 
 
 @quarantine.command("release")
