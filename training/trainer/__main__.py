@@ -15,9 +15,10 @@ import logging
 import os
 import random
 import signal
+import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -185,6 +186,23 @@ class Trainer:
             log.info("step %d loss %.4f grad_norm %.3f", self.step - 1, rec["loss"], rec["grad_norm"])
 
 
+def finish(world: int, metrics: Metrics | None) -> NoReturn:
+    """Leave the process group, close the metrics, flush, and exit 0 without running C++ static
+    destructors. With gloo, torch's teardown at interpreter exit now and then aborts ("terminate
+    called without an active exception", SIGABRT) after every rank's work is done and committed;
+    srun reports that as a failed task and `opsctl watch` would treat a finished run as a crash.
+    Everything the run keeps (weights, checkpoints, metrics) is written and closed before this."""
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    if metrics is not None:
+        metrics.close()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="training.trainer")
     ap.add_argument("--run-dir", required=True)
@@ -212,12 +230,8 @@ def main(argv: list[str] | None = None) -> None:
     if rank == 0:
         metrics = Metrics(run, "trainer", port=cfg.metrics.port if cfg.metrics.enabled else None)
     trainer.run_loop(metrics)
-    if world > 1:
-        dist.barrier()
-        dist.destroy_process_group()
-    if metrics is not None:
-        metrics.close()
     log.info("done at step %d", trainer.step)
+    finish(world, metrics)
 
 
 if __name__ == "__main__":

@@ -15,13 +15,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import torch.distributed as dist
-
 from training.common import set_threads
 from training.config import load_config
 from training.metrics import Metrics
 from training.rundir import RunDir
-from training.trainer.__main__ import Trainer, dist_env
+from training.trainer.__main__ import Trainer, dist_env, finish
 
 
 def main() -> None:
@@ -41,11 +39,7 @@ def main() -> None:
         trainer.publish_weights()
     else:
         trainer.run_loop(metrics)
-    if world > 1:
-        dist.barrier()
-        dist.destroy_process_group()
-    if metrics is not None:
-        metrics.close()
+    finish(world, metrics)  # the trainer's own exit path: clean teardown, exit 0
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import torch.multiprocessing as mp
 from training.config import ModelConfig
 from training.model import create_tiny_model, load_model
 from training.orchestrator.batch import Sample, collate, pack, shard
+from training.trainer.__main__ import finish
 from training.trainer.step import accumulate
 
 pytestmark = pytest.mark.integration
@@ -99,8 +100,7 @@ def train(rank: int, world: int, model_dir: str, port: int, out: str) -> None:
     if rank == 0:
         Path(out).write_text(json.dumps({"losses": losses, "micro_batches": counts}))
     if fsdp:
-        dist.barrier()
-        dist.destroy_process_group()
+        finish(world, None)  # the trainer's exit path (a spawned rank; never the pytest process)
 
 
 def free_port() -> int:
