@@ -21,6 +21,7 @@ from typing import Any
 from opsctl.errors import OpsctlError, UsageError
 from opsctl.launch.ledger import Attempt, Remediation, find_run, load_ledger, read_attempts
 from opsctl.launch.quarantine import Quarantine
+from opsctl.launch.resize import Resize, resubmit_size
 from opsctl.launch.settings import LaunchSection
 from opsctl.model import Job, Node
 from opsctl.nodeset import fold
@@ -239,6 +240,7 @@ class Watcher:
                 self.ledger.attempts.append(known)
             known.nodes = list(rec.get("nodes") or known.nodes)
             known.resume_step = int(rec.get("resume_step") or 0)
+            known.trainer_world_size = int(rec.get("trainer_world_size") or 0)
             known.start = float(rec.get("start") or known.start)
             if rec.get("end") is not None:
                 known.end = rec["end"]
@@ -390,13 +392,28 @@ class Watcher:
         if "\n#SBATCH --nodelist=" in script:
             raise OpsctlError(f"run {self.ledger.run_id} was launched on a fixed --nodelist that now "
                               f"holds failed nodes ({fold(exclude)}); relaunch it on other nodes")
+        size = self._resubmit_size(exclude)
         if job is not None and not job.finished:
             self.backend.cancel(self.job_id)
         from opsctl.model import SubmitOptions
 
-        new_id = int(self.backend.submit(script, SubmitOptions(exclude=exclude)))
+        new_id = int(self.backend.submit(script, SubmitOptions(exclude=exclude, nodes=size.nodes)))
         self.ledger.job_ids.append(new_id)
-        return f"resubmitted as job {new_id} excluding {fold(exclude) or 'nothing'}"
+        note = f"; {size.note}" if size.note else ""
+        return f"resubmitted as job {new_id} excluding {fold(exclude) or 'nothing'}{note}"
+
+    def _resubmit_size(self, exclude: list[str]) -> Resize:
+        """The launch size while the partition still has that many usable nodes, else (shrinking
+        allowed) the nodes left: in service, not excluded; nodes busy with other jobs count."""
+        left = [
+            n.name for n in self.backend.nodes(None)
+            if (not self.partition or self.partition in n.partitions)
+            and not n.out_of_service and n.name not in exclude
+        ]
+        return resubmit_size(
+            self.ledger.nodes_requested, self.ledger.inference_nodes, len(left),
+            shrink=self.settings.shrink_on_failure, min_trainer_nodes=self.settings.min_trainer_nodes,
+        )
 
     def _requeue_in_place(self, job: Job | None, exclude: list[str]) -> str:
         """`scontrol requeue`; ExcNodeList is updated only for excluded nodes still in service (a
@@ -406,7 +423,11 @@ class Watcher:
         in_service = [n.name for n in self.backend.nodes(exclude) if not n.out_of_service] if exclude else []
         if in_service:
             _scontrol(self.backend, ["update", f"JobId={self.job_id}", f"ExcNodeList={fold(exclude)}"])
-        return f"job {self.job_id} requeued" + (f", ExcNodeList={fold(exclude)}" if in_service else "")
+        # A requeued job keeps its size: with too few nodes left it waits (resubmit would shrink).
+        short = self._resubmit_size(exclude)
+        keeps = self.ledger.nodes_requested
+        wait = f"; waits for nodes: a requeued job keeps its {keeps}" if short.nodes else ""
+        return f"job {self.job_id} requeued" + (f", ExcNodeList={fold(exclude)}" if in_service else "") + wait
 
     def _give_up(self, snap: Snapshot, failed: list[NodeView], now: float) -> None:
         job = self._job()
@@ -429,7 +450,8 @@ class Watcher:
                  f"last step {led.last_step}, checkpoints {led.checkpoints or 'none'}"]
         for a in led.attempts:
             failed = f", failed nodes {fold(a.failed_nodes)}" if a.failed_nodes else ""
-            lines.append(f"  attempt {a.attempt}: job {a.job_id} {a.state} on {fold(a.nodes) or '?'}, "
+            world = f", {a.trainer_world_size} trainer ranks" if a.trainer_world_size else ""
+            lines.append(f"  attempt {a.attempt}: job {a.job_id} {a.state} on {fold(a.nodes) or '?'}{world}, "
                          f"resumed at step {a.resume_step}{failed}")
         for r in led.remediations:
             lines.append(f"  {r.action} {r.node}: {r.why} ({r.detail})")

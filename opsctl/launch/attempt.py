@@ -1,6 +1,6 @@
 """What the batch script runs on the job's first node at the start and end of every attempt.
 
-    python -m opsctl.launch.attempt start RUN_DIR   -> prints "ATTEMPT RESUME_STEP"
+    python -m opsctl.launch.attempt start RUN_DIR [TRAINER_WORLD]  -> prints "ATTEMPT RESUME_STEP"
     python -m opsctl.launch.attempt end RUN_DIR ATTEMPT EXIT_CODE
     python -m opsctl.launch.attempt hcas [SYSFS]     -> prints NCCL_IB_HCA (mlx5_0:1,...)
 
@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from opsctl.errors import OpsctlError
 from opsctl.launch.ledger import Attempt, record_attempt_end, record_attempt_start
 
 INFINIBAND = "InfiniBand"
@@ -29,15 +30,21 @@ def next_attempt(run_dir: Path) -> int:
     return max(done) + 1 if done else 0
 
 
-def start(run_dir: Path) -> tuple[int, int]:
+def start(run_dir: Path, trainer_world: int | None = None) -> tuple[int, int]:
     """Clean up what a killed attempt left and pick the resume step. Always, also when no
     checkpoint exists yet: an attempt killed before its first one leaves committed rollouts and
-    weights that a fresh start at step 0 would collide with."""
+    weights that a fresh start at step 0 would collide with. `trainer_world` (the ranks the batch
+    script starts on the nodes Slurm gave it) goes into the run's config first: fewer than at
+    launch when the run was resubmitted on the nodes left after a failure (opsctl.launch.resize)."""
+    from opsctl.launch.resize import set_trainer_world
     from opsctl.nodeset import expand
     from training.rundir import RunDir, resume_point
 
     run = RunDir(run_dir)
-    run.load_config()  # a run directory without its config is not one to start
+    if trainer_world is not None:
+        set_trainer_world(run_dir, trainer_world)
+    # (a run directory without its config is not one to start)
+    world = int(run.load_config().trainer.world_size)
     step = resume_point(run)
     nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
     number = next_attempt(run_dir)
@@ -49,6 +56,7 @@ def start(run_dir: Path) -> tuple[int, int]:
             nodes=expand(nodelist) if nodelist else [],
             resume_step=step,
             start=round(time.time(), 3),
+            trainer_world_size=world,
         ),
     )
     return number, step
@@ -85,8 +93,15 @@ def compute_hcas(files: dict[str, str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["start"] and len(args) == 2:
-        number, step = start(Path(args[1]))
+    if args[:1] == ["start"] and len(args) in (2, 3):
+        if len(args) == 3 and not args[2].isdigit():
+            print(f"opsctl.launch.attempt start: TRAINER_WORLD {args[2]!r} is not a number", file=sys.stderr)
+            return 2
+        try:
+            number, step = start(Path(args[1]), int(args[2]) if len(args) == 3 else None)
+        except OpsctlError as exc:
+            print(f"opsctl.launch.attempt start: {exc}", file=sys.stderr)
+            return exc.exit_code
         print(number, step)
         return 0
     if args[:1] == ["end"] and len(args) == 4:
@@ -96,8 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         root = Path(args[1] if len(args) == 2 else "/sys/class/infiniband")
         print(",".join(compute_hcas(read_sysfs(root))))
         return 0
-    print("usage: python -m opsctl.launch.attempt start RUN_DIR | end RUN_DIR N CODE | hcas [SYSFS]",
-          file=sys.stderr)
+    print("usage: python -m opsctl.launch.attempt start RUN_DIR [TRAINER_WORLD] | end RUN_DIR N CODE "
+          "| hcas [SYSFS]", file=sys.stderr)
     return 2
 
 

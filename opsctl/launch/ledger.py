@@ -29,6 +29,7 @@ class Attempt:
     state: str = "RUNNING"  # the job state when the attempt ended, or RUNNING
     exit_code: int | None = None
     failed_nodes: list[str] = field(default_factory=list)
+    trainer_world_size: int = 0  # trainer ranks of this attempt (0: not recorded)
 
 
 @dataclass

@@ -40,6 +40,12 @@ class LaunchSection:
     # `scontrol requeue` (one job id). Slurm 22.05 loses a requeued GPU job's GPU allocation when
     # it restarts on other nodes, so resubmit is the default there.
     requeue_mode: str = "resubmit"
+    # A resubmission when the partition has fewer usable nodes than the run was launched on (no
+    # spare left): true resubmits on the nodes left, keeping the inference nodes and giving the
+    # trainer fewer (its sharded checkpoint resumes at the smaller world size), while at least
+    # min_trainer_nodes remain; false, or below that, the job waits pending for nodes to return.
+    shrink_on_failure: bool = True
+    min_trainer_nodes: int = 1
     # Python on the compute nodes with opsctl and training importable, and the directory to run in.
     # On a cluster provisioned by site.yml that is the training runtime on the NFS share
     # (roles/training_runtime): python = "/shared/opsctl/runtime/current/bin/python"; the
@@ -65,7 +71,7 @@ class LaunchSection:
             raise ValueError(f"nodes: need at least 2 (inference and trainer), got {self.nodes}")
         if not 1 <= self.inference_nodes < self.nodes:
             raise ValueError(f"inference_nodes: must be in 1..nodes-1, got {self.inference_nodes}")
-        for key in ("gpus_per_node", "tasks_per_node", "max_attempts"):
+        for key in ("gpus_per_node", "tasks_per_node", "max_attempts", "min_trainer_nodes"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key}: must be >= 1, got {getattr(self, key)}")
         if self.signal_before_s < 0 or self.checkpoint_grace_s < 0:

@@ -25,7 +25,10 @@ def test_production_defaults_are_64_nodes_16_inference(production: LaunchSection
     assert plan.job_config.trainer.world_size == 48 * 8
     assert "#SBATCH --nodes=64\n" in plan.script
     assert "INFERENCE_NODES=16\n" in plan.script
-    assert "--nodes=48 --ntasks=384" in plan.script
+    # The trainer's share follows the allocation (fewer nodes after a shrinking resubmission).
+    assert "TRAINER_NODES=$((SLURM_JOB_NUM_NODES - INFERENCE_NODES))\n" in plan.script
+    assert '--nodes="$TRAINER_NODES" --ntasks="$TRAINER_WORLD"' in plan.script
+    assert 'opsctl.launch.attempt start "$RUN_DIR" "$TRAINER_WORLD"' in plan.script
     assert plan.excluded == {}
 
 
