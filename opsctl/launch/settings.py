@@ -44,6 +44,7 @@ class LaunchSection:
     # spare left): true resubmits on the nodes left, keeping the inference nodes and giving the
     # trainer fewer (its sharded checkpoint resumes at the smaller world size), while at least
     # min_trainer_nodes remain; false, or below that, the job waits pending for nodes to return.
+    # Set the minimum to the fewest nodes whose GPUs hold the model's sharded training state.
     shrink_on_failure: bool = True
     min_trainer_nodes: int = 1
     # Python on the compute nodes with opsctl and training importable, and the directory to run in.
