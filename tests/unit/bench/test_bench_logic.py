@@ -56,6 +56,22 @@ def test_soak_verdict_ignores_warmup_growth_and_catches_a_leak() -> None:
     assert not bad.ok and bad.slope_kib_per_min == pytest.approx(128.0)
 
 
+def test_soak_verdict_forgives_one_allocator_step_but_not_a_leak_in_steps() -> None:
+    # Like the 20-minute rerun that failed (35.5 KiB/min): flat, one 512 KiB rise mid-window, flat
+    flat = [39_000] * 10 + [39_300] * 14 + [39_812] * 16
+    v = judge(_track(flat), warmup_s=300, max_slope=32)
+    assert v.slope_kib_per_min > 32  # the plain slope would have failed it
+    assert v.ok and v.step_kib == 512 and v.slope_without_step_kib_per_min == pytest.approx(0.0)
+    # The same rise every 5 minutes is a leak: taking one out leaves the others
+    periodic = [39_000 + 512 * (i // 10) for i in range(60)]
+    bad = judge(_track(periodic), warmup_s=300, max_slope=32)
+    assert not bad.ok and bad.step_kib == 512 and bad.slope_without_step_kib_per_min > 32
+    # One rise beyond --max-step fails however flat the rest is
+    jump = [39_000] * 20 + [60_000] * 40
+    big = judge(_track(jump), warmup_s=300, max_slope=32, max_step=4096)
+    assert not big.ok and big.step_kib == 21_000 and big.slope_without_step_kib_per_min == pytest.approx(0.0)
+
+
 def test_soak_verdict_uses_every_sample_when_the_soak_is_shorter_than_the_warmup() -> None:
     v = judge(_track([100, 200, 300]), warmup_s=3600, max_slope=32)
     assert v.slope_kib_per_min == pytest.approx(200.0) and not v.ok
