@@ -12,6 +12,10 @@ trainer node's simulated GPU. The figure: seconds from the injection to the firs
 logged by the resumed attempt (scrape, watch poll, drain and quarantine, requeue without the node,
 Slurm's hold, start-up, checkpoint load, one step). The node is then healed and resumed by hand
 before the next run.
+
+--no-spare launches on all 4 nodes (inference and 3 trainer ranks), so no node is left to replace
+the failed one: the watch resubmits on the 3 left and the resumed attempt runs 2 trainer ranks from
+the 3-rank checkpoint (docs/launch.md, shrink_on_failure).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class Trial:
     inject_to_resumed_step_s: float
     resume_step: int
     remediations: list[str]  # "action: why" as the ledger has them
+    trainer_ranks: tuple[int, int]  # the failed attempt's and the resumed attempt's
 
 
 def trainer_times(metrics: Path) -> list[tuple[float, int]]:
@@ -79,7 +84,7 @@ def _attempt(run: Path, n: int) -> dict[str, object] | None:
     return doc
 
 
-def one(sim: LaunchSim, config: Path, root: Path, name: str) -> Trial:
+def one(sim: LaunchSim, config: Path, root: Path, name: str, no_spare: bool = False) -> Trial:
     from opsctl.launch.ledger import load_ledger
     from opsctl.sim import monitoring
 
@@ -89,6 +94,8 @@ def one(sim: LaunchSim, config: Path, root: Path, name: str) -> Trial:
             "-o", "sft.enabled=false", "-o", "trainer.steps=400", "-o", "trainer.checkpoint_every=5"]
     for o in TINY:
         argv += ["-o", o]
+    if no_spare:
+        argv += ["--nodes", "4"]
     out = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False)
     if out.returncode != 0:
         raise SystemExit(f"bench: launch failed: {out.stderr.strip()[-500:]}")
@@ -102,7 +109,7 @@ def one(sim: LaunchSim, config: Path, root: Path, name: str) -> Trial:
              f"trainer step {FAULT_STEP}", interval=0.3)
         first = _attempt(run, 0)
         assert first is not None
-        victim = str(first["nodes"][1])  # type: ignore[index]
+        victim = str(first["nodes"][2 if no_spare else 1])  # type: ignore[index]  # a trainer node
         job = load_ledger(run).job_ids[-1]
         subprocess.run(["scontrol", "suspend", str(job)], env=sim.env, check=True, capture_output=True)
         t_inject = time.time()
@@ -128,6 +135,9 @@ def one(sim: LaunchSim, config: Path, root: Path, name: str) -> Trial:
         led = load_ledger(run)
         if victim in led.attempts[1].nodes:
             raise SystemExit(f"bench: the resumed attempt runs on {victim} again")
+        ranks = (int(first.get("trainer_world_size") or 0), int(second.get("trainer_world_size") or 0))
+        if no_spare and ranks != (3, 2):
+            raise SystemExit(f"bench: --no-spare expected 3 then 2 trainer ranks, got {ranks}")
     finally:
         if watch.poll() is None:
             watch.send_signal(signal.SIGTERM)
@@ -142,7 +152,8 @@ def one(sim: LaunchSim, config: Path, root: Path, name: str) -> Trial:
     (root / "quarantine.json").unlink(missing_ok=True)
     sim.reset()
     return Trial(victim, round((detected or requeued) - t_inject, 2), round(requeued - t_inject, 2),
-                 round(t_step - t_inject, 2), step, [f"{r.action}: {r.why}" for r in led.remediations])
+                 round(t_step - t_inject, 2), step,
+                 [f"{r.action}: {r.why}" for r in led.remediations], ranks)
 
 
 def _healthy(sim: LaunchSim) -> bool:
@@ -155,6 +166,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the sim's directory (logs, ledgers)")
+    ap.add_argument("--no-spare", action="store_true",
+                    help="launch on every node, so the run resumes on fewer trainer ranks")
     args = ap.parse_args()
     if args.runs < 1:
         ap.error("--runs must be at least 1")
@@ -175,7 +188,7 @@ def main() -> None:
             config.write_text(sim.config_path.read_text() + section)
             # the healed node must look healthy to Prometheus before the next launch's gate
             wait(lambda: _healthy(sim), 120, "`opsctl health` exit 0", interval=1.0)
-            trials.append(one(sim, config, root, f"f{i}"))
+            trials.append(one(sim, config, root, f"f{i}", args.no_spare))
     finally:
         sim.down()
         if args.keep or len(trials) < args.runs:
@@ -185,12 +198,14 @@ def main() -> None:
     med = statistics.median(t.inject_to_resumed_step_s for t in trials)
     result = {"runs": [asdict(t) for t in trials], "median_s": med,
               "median_detect_s": statistics.median(t.inject_to_detect_s for t in trials),
-              "cred_expire_s": CRED_EXPIRE_S, "scrape_interval_s": 5, "watch_interval_s": 1}
+              "cred_expire_s": CRED_EXPIRE_S, "scrape_interval_s": 5, "watch_interval_s": 1,
+              "no_spare": args.no_spare}
     if args.json:
         print(json.dumps(result, sort_keys=True))
         return
-    print(f"failure-to-resumed-step: 4-node sim, {len(trials)} runs, XID 79 on the trainer node "
-          f"at step {FAULT_STEP}")
+    layout = "all 4 nodes, resumed on 2 of 3 trainer ranks" if args.no_spare else "2 of 4 nodes"
+    print(f"failure-to-resumed-step: 4-node sim ({layout}), {len(trials)} runs, XID 79 on a trainer "
+          f"node at step {FAULT_STEP}")
     print(f"  median {med:.1f} s (all: {', '.join(f'{t.inject_to_resumed_step_s:.1f}' for t in trials)}); "
           f"detection median {result['median_detect_s']:.1f} s; Slurm's requeue hold {CRED_EXPIRE_S} s")
 
