@@ -4,14 +4,15 @@
 
 A 4-node simulated cluster with its monitoring (real slurmctld and slurmd, emulated dcgm-exporter
 and node exporters scraped every 5 s by a real Prometheus; Slurm's hold on a requeued job shortened
-to 15 s as in the launch tests). Each run launches a tiny rl-run (2 nodes: inference and one trainer
+to 15 s as in the launch tests, though the watch resubmits a new job, which that hold does not
+delay). Each run launches a tiny rl-run (2 nodes: inference and one trainer
 rank, checkpoint every 5 steps) with the Prometheus health gate and watches it with
 `opsctl watch --remediate --interval 1`. Once the trainer has logged step 7, the job is suspended
 (an XID 79 hangs a job's collectives rather than ending it) and XID 79 is injected into the
 trainer node's simulated GPU. The figure: seconds from the injection to the first trainer step
-logged by the resumed attempt (scrape, watch poll, drain and quarantine, requeue without the node,
-Slurm's hold, start-up, checkpoint load, one step). The node is then healed and resumed by hand
-before the next run.
+logged by the resumed attempt (scrape, watch poll, drain and quarantine, resubmission without the
+node, Slurm's start of the new job, start-up, checkpoint load, one step). The node is then healed
+and resumed by hand before the next run.
 
 --no-spare launches on all 4 nodes (inference and 3 trainer ranks), so no node is left to replace
 the failed one: the watch resubmits on the 3 left and the resumed attempt runs 2 trainer ranks from
@@ -207,7 +208,7 @@ def main() -> None:
     print(f"failure-to-resumed-step: 4-node sim ({layout}), {len(trials)} runs, XID 79 on a trainer "
           f"node at step {FAULT_STEP}")
     print(f"  median {med:.1f} s (all: {', '.join(f'{t.inject_to_resumed_step_s:.1f}' for t in trials)}); "
-          f"detection median {result['median_detect_s']:.1f} s; Slurm's requeue hold {CRED_EXPIRE_S} s")
+          f"detection median {result['median_detect_s']:.1f} s")
 
 
 if __name__ == "__main__":
