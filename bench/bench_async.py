@@ -7,7 +7,9 @@ On a config where generation and a trainer step take about as long, the ideal ra
     python bench/bench_async.py [--steps 40] [--json]
 
 Reports rollouts/s (orchestrator) and trainer tokens/s over the steady-state steps (the first
-few steps are skipped), each the median of --repeats runs.
+few steps are skipped), each the median of --repeats runs. --scheduling sets the async_level=1
+runs' orchestrator.scheduling (default "auto", which is the batch schedule on the built-in engine;
+async_level=0 always uses it).
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ BALANCED = [
 ]
 
 
-def run_once(async_level: int, steps: int, skip: int, work: Path) -> dict[str, float]:
+def run_once(
+    async_level: int, steps: int, skip: int, work: Path, scheduling: str = "auto"
+) -> dict[str, float]:
     out = work / f"k{async_level}"
     argv = [
         sys.executable,
@@ -55,7 +59,8 @@ def run_once(async_level: int, steps: int, skip: int, work: Path) -> dict[str, f
         "--config",
         str(ROOT / "training" / "configs" / "demo.toml"),
     ]
-    for o in [*BALANCED, f"trainer.steps={steps}", f"orchestrator.async_level={async_level}"]:
+    for o in [*BALANCED, f"trainer.steps={steps}", f"orchestrator.async_level={async_level}",
+              f"orchestrator.scheduling={scheduling}"]:
         argv += ["-o", o]
     subprocess.run(argv, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -77,6 +82,8 @@ def main() -> None:
     ap.add_argument("--skip", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--scheduling", choices=("auto", "batch", "continuous"), default="auto",
+                    help="orchestrator.scheduling of the async_level=1 runs (auto: batch on this engine)")
     args = ap.parse_args()
     results: dict[str, Any] = {}
     runs: dict[int, list[dict[str, float]]] = {0: [], 1: []}
@@ -86,10 +93,11 @@ def main() -> None:
             for k in (0, 1) if i % 2 == 0 else (1, 0):
                 work = Path(tmp) / f"k{k}-r{i}"
                 work.mkdir()
-                runs[k].append(run_once(k, args.steps, args.skip, work))
+                runs[k].append(run_once(k, args.steps, args.skip, work, args.scheduling))
     for k, rs in runs.items():
         results[f"async_level={k}"] = {key: statistics.median(r[key] for r in rs) for key in rs[0]}
     a0, a1 = results["async_level=0"], results["async_level=1"]
+    results["scheduling"] = args.scheduling
     results["ratio_rollouts_per_s"] = a1["rollouts_per_s"] / a0["rollouts_per_s"]
     results["ratio_trainer_tokens_per_s"] = a1["trainer_tokens_per_s"] / a0["trainer_tokens_per_s"]
     if args.json:

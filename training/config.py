@@ -113,9 +113,12 @@ class OrchestratorConfig:
     threads: int = 1
     # "continuous": each group is its own request, up to max_inflight_groups per server, refilled
     # as each finishes; "batch": one request per server per batch, waiting for its slowest
-    # completion (the old schedule, kept for comparison). async_level=0 always uses "batch": one
-    # request per server keeps the engine's batches, and so the log-probs, bitwise reproducible.
-    scheduling: str = "continuous"
+    # completion. "auto": continuous on vLLM, whose decode step costs about the same for 1 or 128
+    # sequences, batch on the built-in engine, where a step costs rows x width and a continuously
+    # full engine was slower (bench/bench_async.py, bench/bench_scheduling.py). async_level=0
+    # always uses "batch": one request per server keeps the engine's batches, and so the
+    # log-probs, bitwise reproducible.
+    scheduling: str = "auto"
     max_inflight_groups: int = 0  # per server; 0: batch_groups spread over the servers
     # Optional group filters (a filtered group is not trained on; its task is not re-queued).
     filter_zero_advantage: bool = False  # all rewards equal: no learning signal
@@ -170,7 +173,7 @@ _CHOICES = {
     "model.arch": {"qwen3", "glm4_moe", "llama"},
     "model.dtype": {"float32", "bfloat16", "float16"},
     "trainer.backend": {"auto", "gloo", "nccl"},
-    "orchestrator.scheduling": {"continuous", "batch"},
+    "orchestrator.scheduling": {"auto", "continuous", "batch"},
 }
 
 

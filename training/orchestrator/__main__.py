@@ -58,6 +58,17 @@ def inference_clients(run: RunDir, cfg: JobConfig, count: int) -> list[OpenAICom
     return [OpenAICompatClient.from_config(u, cfg.inference) for u in urls]
 
 
+def continuous_schedule(cfg: JobConfig) -> bool:
+    """Whether groups are scheduled continuously (orchestrator.scheduling, "auto" by backend).
+    Nothing can overlap at async_level=0; the batch schedule keeps that path bitwise exact."""
+    oc = cfg.orchestrator
+    if oc.async_level == 0:
+        return False
+    if oc.scheduling == "auto":
+        return cfg.inference.backend == "vllm"
+    return oc.scheduling == "continuous"
+
+
 class Orchestrator:
     def __init__(
         self,
@@ -91,8 +102,7 @@ class Orchestrator:
             batch_groups=oc.batch_groups,
             async_level=oc.async_level,
             max_off_policy_steps=oc.max_off_policy_steps,
-            # Nothing can overlap at async_level=0; the batch schedule keeps that path bitwise exact.
-            continuous=oc.scheduling == "continuous" and oc.async_level > 0,
+            continuous=continuous_schedule(cfg),
             per_server=oc.max_inflight_groups,
             group_filter=GroupFilter(
                 zero_advantage=oc.filter_zero_advantage,

@@ -22,6 +22,7 @@ def test_async_bounds_hold_in_a_real_run(tmp_path: Path, jobs) -> None:  # type:
                 f"trainer.steps={steps}",
                 f"orchestrator.async_level={k}",
                 f"orchestrator.max_off_policy_steps={max_off}",
+                "orchestrator.scheduling=continuous",  # "auto" is batch on the built-in engine
                 "trainer.world_size=2",
                 "trainer.checkpoint_every=5",
                 "orchestrator.eval_size=8",

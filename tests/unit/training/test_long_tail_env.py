@@ -36,3 +36,19 @@ def test_bad_arguments_and_scheduling_config() -> None:
         load_config(overrides=["orchestrator.scheduling=eager"])
     with pytest.raises(ConfigError, match="max_inflight_groups"):
         load_config(overrides=["orchestrator.max_inflight_groups=-1"])
+
+
+def test_auto_scheduling_is_continuous_on_vllm_and_batch_on_the_built_in_engine() -> None:
+    from training.orchestrator.__main__ import continuous_schedule
+
+    def resolve(*overrides: str) -> bool:
+        return continuous_schedule(load_config(overrides=["orchestrator.async_level=1", *overrides]))
+
+    assert load_config().orchestrator.scheduling == "auto"
+    assert resolve() is False  # built-in engine
+    assert resolve("inference.backend=vllm", "model.path=/ckpt") is True
+    assert resolve("orchestrator.scheduling=continuous") is True
+    assert resolve("inference.backend=vllm", "model.path=/ckpt", "orchestrator.scheduling=batch") is False
+    # async_level=0 is always the batch schedule (bitwise-exact resume)
+    exact = ["orchestrator.async_level=0", "orchestrator.scheduling=continuous"]
+    assert continuous_schedule(load_config(overrides=exact)) is False
