@@ -12,7 +12,6 @@ only slower.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,10 +45,13 @@ def resubmit_size(
 def set_trainer_world(run_dir: Path, world: int) -> int:
     """Make the run's config name `world` trainer ranks; returns the world size it named before.
     Called at an attempt's start, when no process of the run is running."""
+    from opsctl.launch.local import write_config
     from training.config import ConfigError as JobConfigError
-    from training.config import dump_toml, load_config, validate
+    from training.config import load_config, validate
+    from training.rundir import RunDir
 
-    path = run_dir / "config.toml"
+    run = RunDir(run_dir)
+    path = run.config
     try:
         cfg = load_config(path)
     except (OSError, JobConfigError) as exc:
@@ -64,7 +66,5 @@ def set_trainer_world(run_dir: Path, world: int) -> int:
         validate(cfg)
     except JobConfigError as exc:
         raise ConfigError(f"run config at trainer.world_size={world}: {exc}") from None
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(dump_toml(cfg))
-    os.replace(tmp, path)
+    write_config(run, cfg)  # atomic: a rename over the old file
     return before

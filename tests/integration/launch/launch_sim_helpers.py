@@ -66,6 +66,16 @@ class LaunchEnv:
                                  *extra, str(run_dir)], stdout=fh, stderr=subprocess.STDOUT, text=True,
                                 env=self.env, cwd=ROOT)
 
+    def restore(self, watch: subprocess.Popen[str], killed: str) -> None:
+        """The end of a node-death test: stop the watch if still running, start the killed node's
+        slurmd again ("": none was killed yet), resume every node and empty the quarantine."""
+        if watch.poll() is None:
+            watch.kill()
+        if killed:
+            self.sim.start_slurmd(killed)
+            self.sim.reset()
+        (self.root / "quarantine.json").unlink(missing_ok=True)
+
     def squeue(self) -> str:
         return subprocess.run(["squeue", "-h", "-o", "%i %T %R"], capture_output=True, text=True,
                               env=self.env, check=False).stdout

@@ -62,12 +62,7 @@ def test_killed_before_first_checkpoint_restarts_and_completes(launch_env: Launc
         assert step_dirs(run / "checkpoints" / "trainer", COMMITTED) == {}
         assert finish(watch, 420) == 0, log.read_text()[-3000:]
     finally:
-        if watch.poll() is None:
-            watch.kill()
-        if victim:
-            launch_env.sim.start_slurmd(victim)
-            launch_env.sim.reset()
-        (launch_env.root / "quarantine.json").unlink(missing_ok=True)
+        launch_env.restore(watch, victim)
     led = load_ledger(run)
     assert led.final_state == "COMPLETED", led
     a0, a1 = led.attempts

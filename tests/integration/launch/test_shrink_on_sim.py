@@ -35,18 +35,14 @@ def test_no_spare_node_left_resumes_on_fewer_trainer_ranks(launch_env: LaunchEnv
         wait_for(lambda: (run / "attempts" / "0.json").exists(), 120, "attempt 0 to start")
         first = json.loads((run / "attempts" / "0.json").read_text())
         assert len(first["nodes"]) == 4 and first["trainer_world_size"] == 3
-        victim = first["nodes"][2]  # a trainer node, neither the batch host nor rank 0's
+        node = first["nodes"][2]  # a trainer node, neither the batch host nor rank 0's
         wait_for(lambda: any(s >= EVERY + 2 for s in trainer_steps(run / "metrics.jsonl")), 300,
                  f"step {EVERY + 2}")
-        kill_node(launch_env.sim, victim)
+        kill_node(launch_env.sim, node)
+        victim = node  # its slurmd is down from here on: restore() starts it again
         assert finish(watch, 480) == 0, log.read_text()[-3000:]
     finally:
-        if watch.poll() is None:
-            watch.kill()
-        if victim:
-            launch_env.sim.start_slurmd(victim)
-            launch_env.sim.reset()
-        (launch_env.root / "quarantine.json").unlink(missing_ok=True)
+        launch_env.restore(watch, victim)
     led = load_ledger(run)
     assert led.final_state == "COMPLETED", led
     a0, a1 = led.attempts
