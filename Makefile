@@ -3,9 +3,9 @@ VENV ?= .venv
 STAMP := $(VENV)/.bootstrapped
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint unit integration bench clean
+.PHONY: demo test lint unit integration bench lock clean
 
-$(STAMP): pyproject.toml scripts/bootstrap.sh
+$(STAMP): pyproject.toml locks/cpu.txt scripts/bootstrap.sh
 	bash scripts/bootstrap.sh
 	touch $@
 
@@ -13,8 +13,9 @@ demo: $(STAMP)
 	PATH=$(abspath $(BIN)):$$PATH bash scripts/demo.sh
 
 lint: $(STAMP)
-	$(BIN)/ruff check opsctl training tests bench
+	$(BIN)/ruff check opsctl training tests bench scripts
 	$(BIN)/mypy
+	$(BIN)/mypy scripts/lock.py
 
 test: lint
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/pytest
@@ -24,6 +25,12 @@ unit: $(STAMP)
 
 bench: $(STAMP)
 	PATH=$(abspath $(BIN)):$$PATH bash bench/run.sh
+
+# Resolve pyproject again and rewrite locks/cpu.txt (on this CPU platform) and locks/cuda.txt (the
+# GPU nodes' runtime, from PyPI); commit both. Bootstrap, CI, the demo and the runtime role install
+# from them.
+lock: $(STAMP)
+	$(BIN)/python scripts/lock.py refresh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

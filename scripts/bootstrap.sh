@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything `make test` and `make demo` need on a fresh Debian 12/13 machine, as root:
 # Debian packages for the real daemons (Slurm, munge, Prometheus, sshd, nspawn, debootstrap), then a
-# virtualenv with opsctl and its dev tools. Safe to re-run: it only installs what is missing.
+# virtualenv with opsctl and its dev tools at the versions of locks/cpu.txt. Safe to re-run: it only
+# installs what is missing or differs from the lock.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,6 +44,11 @@ VENV=${VENV:-.venv}
 if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
-"$VENV/bin/pip" install -q --upgrade pip
-"$VENV/bin/pip" install -q -e '.[dev]'
+# Exactly the versions CI tested: locks/cpu.txt pins every package, pip and the build backend
+# included (refresh with `make lock`). The project builds without isolation, so its build backend
+# is the pinned one too; the check fails the bootstrap if anything differs from the lock.
+LOCK=locks/cpu.txt
+"$VENV/bin/pip" install -q --constraint "$LOCK" pip setuptools
+"$VENV/bin/pip" install -q --constraint "$LOCK" --no-build-isolation -e '.[dev]'
+"$VENV/bin/python" scripts/lock.py check --installed
 echo "bootstrap: ready ($("$VENV/bin/python" --version), $VENV)"
