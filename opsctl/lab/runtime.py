@@ -3,9 +3,10 @@
 Production stages a wheelhouse on the NFS share (or serves an internal index) and the
 `training_runtime` role builds a virtualenv from it with `pip --no-index`. The lab machines have
 no route out, so the host does the downloading: the project wheel is built here, its dependencies
-(torch pinned to the CPU build this host's pip has on disk) are downloaded once for the machines'
-Python (Debian 12: CPython 3.11, manylinux x86_64) into the lab cache, and both are linked into
-`<state>/shared/nfs/opsctl/wheelhouse`, which every machine sees as /shared/opsctl/wheelhouse.
+(at the versions of the CPU lock, locks/cpu.txt: torch is the CPU build this host's pip has on
+disk) are downloaded once for the machines' Python (Debian 12: CPython 3.11, manylinux x86_64) into
+the lab cache, and both are linked into `<state>/shared/nfs/opsctl/wheelhouse`, which every
+machine sees as /shared/opsctl/wheelhouse. The training_runtime role installs with the same lock.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ LAB_PLATFORMS: tuple[str, ...] = (
     "manylinux1_x86_64",
 )
 WHEELHOUSE_IN_SHARE = Path("opsctl/wheelhouse")  # under the NFS stand-in, /shared in the machines
+LOCK = Path("locks/cpu.txt")  # in the repository: the lab machines run the CPU platform
 
 
 @dataclass(frozen=True)
@@ -56,9 +58,11 @@ def staged(cfg: LabConfig) -> bool:
     return any(wheelhouse_dir(cfg).glob(f"{PROJECT}-*.whl"))
 
 
-def download_argv(dest: Path, requirements: list[str]) -> list[str]:
-    """`pip download` of binary wheels for the lab machines' Python, not this host's."""
+def download_argv(dest: Path, requirements: list[str], lock: Path) -> list[str]:
+    """`pip download` of binary wheels for the lab machines' Python, not this host's, at the
+    versions the lock names."""
     argv = [sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(dest)]
+    argv += ["--constraint", str(lock)]
     argv += ["--python-version", LAB_PYTHON_VERSION, "--implementation", "cp", "--only-binary=:all:"]
     for platform in LAB_PLATFORMS:
         argv += ["--platform", platform]
@@ -96,7 +100,7 @@ def stage(cfg: LabConfig, repo_root: Path) -> StagedWheelhouse:
         wheel = build_project_wheel(repo_root, Path(tmp))
         # pip skips what the cache already holds; it would also save the project wheel there,
         # which is why the project wheel is copied from the fresh build below, never the cache.
-        run(download_argv(cache, [str(wheel), TORCH_REQUIREMENT]), timeout=1800)
+        run(download_argv(cache, [str(wheel), TORCH_REQUIREMENT], repo_root / LOCK), timeout=1800)
         dest.mkdir(parents=True, exist_ok=True)
         for old in dest.glob(f"{PROJECT}-*.whl"):
             old.unlink()

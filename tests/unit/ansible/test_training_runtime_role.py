@@ -1,5 +1,5 @@
 """The training_runtime role rendered by the real Ansible for the production inventory through its
-render tasks: the pinned requirements.txt, the virtualenv's pip.conf and
+render tasks: the pinned requirements.txt, the lock it installs with, the virtualenv's pip.conf and
 the verification script, which is run here with this interpreter's torch and training package.
 Bad settings are refused by the role's checks before anything is written."""
 
@@ -59,6 +59,13 @@ def test_the_virtualenv_installs_only_from_the_wheelhouse_on_the_share(rendered:
     assert lines == ["opsctl==0.1.0", "torch==2.13.0"]
 
 
+def test_the_runtime_installs_at_the_versions_of_the_cuda_lock(rendered: Path) -> None:
+    # the role copies the lock beside requirements.txt and pip installs with --constraint
+    assert (rendered / "constraints.txt").read_text() == (REPO / "locks" / "cuda.txt").read_text()
+    install = (REPO / "roles" / "training_runtime" / "tasks" / "install.yml").read_text()
+    assert "--constraint" in install and "constraints.txt" in install
+
+
 def test_an_internal_index_replaces_the_wheelhouse_and_the_site_adds_requirements(tmp_path: Path) -> None:
     overrides = {
         "training_runtime_index_url": "https://pypi.example.internal/simple",
@@ -82,6 +89,15 @@ def test_an_internal_index_replaces_the_wheelhouse_and_the_site_adds_requirement
         ({"training_runtime_version": "../elsewhere"}, "a plain directory"),
         ({"training_runtime_root": "/opt/runtime"}, "on the share /shared"),
         ({"training_runtime_wheelhouse_dest": "wheels"}, "absolute training_runtime_wheelhouse_dest"),
+        ({"training_runtime_lock": "/nonexistent/lock.txt"}, "the lock (/nonexistent/lock.txt) a file"),
+        (
+            {"training_runtime_requirements": {"torch": "==2.14.0"}},
+            "torch==2.14.0 disagrees with the lock",
+        ),
+        (
+            {"training_runtime_requirements": {"Transformers": "==4.0.0"}},
+            "Transformers==4.0.0 disagrees with the lock",
+        ),
     ],
 )
 def test_bad_settings_are_refused_before_anything_is_written(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from packaging.tags import Tag
-from packaging.utils import parse_wheel_filename
+from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from opsctl.lab import runtime
 from opsctl.lab.config import LabConfig
@@ -74,6 +74,13 @@ def test_pip_resolves_the_runtime_from_the_wheelhouse_alone(staged, tmp_path: Pa
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Would install" in proc.stdout
     assert "opsctl-0.1.0" in proc.stdout and "torch-2.13.0+cpu" in proc.stdout
+    # every dependency at the version of the CPU lock, as the role installs it (--constraint)
+    pins = [ln.split("==") for ln in (REPO / runtime.LOCK).read_text().splitlines() if ln and ln[0] != "#"]
+    lock = {canonicalize_name(name): version for name, version in pins}
+    for dist in proc.stdout.split("Would install", 1)[1].split():
+        name, version = dist.rsplit("-", 1)
+        if name != "opsctl":
+            assert lock[canonicalize_name(name)] == version, f"{dist}: the lock pins another version"
 
 
 def test_the_inventory_enables_the_role_once_the_wheelhouse_is_staged(staged, tmp_path: Path) -> None:
@@ -93,7 +100,8 @@ def test_staging_again_replaces_the_project_wheel_and_links_the_cache(staged) ->
 
 
 def test_download_targets_the_machines_python_not_this_host(tmp_path: Path) -> None:
-    argv = runtime.download_argv(tmp_path, ["torch==2.13.0"])
+    argv = runtime.download_argv(tmp_path, ["torch==2.13.0"], REPO / runtime.LOCK)
     assert argv[argv.index("--python-version") + 1] == "3.11" and "--only-binary=:all:" in argv
+    assert argv[argv.index("--constraint") + 1] == str(REPO / "locks" / "cpu.txt")
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--platform"] == list(runtime.LAB_PLATFORMS)
     assert argv[-1] == "torch==2.13.0"
