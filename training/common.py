@@ -1,9 +1,11 @@
-"""What every entry point shares: argument parsing, config, seeding and torch threads."""
+"""What every entry point shares: argument parsing, config, seeding, torch threads and the
+learning-rate schedule."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import random
 import sys
@@ -42,3 +44,16 @@ def set_threads(n: int) -> None:
     # Several processes share few cores: oversubscription costs more than it gains.
     torch.set_num_threads(n)
     os.environ.setdefault("OMP_NUM_THREADS", str(n))
+
+
+def lr_factor(step: int, *, warmup: int, total: int, schedule: str, floor: float = 0.0) -> float:
+    """The multiple of the peak learning rate for optimizer step `step` (from 0): a linear warmup
+    over `warmup` steps, then either constant or a cosine from 1 down to `floor` at step `total`
+    (the cosine runs over all `total` steps, warmup included, and stays at `floor` after)."""
+    warm = min(1.0, (step + 1) / max(1, warmup))
+    if schedule == "constant":
+        return warm
+    if schedule != "cosine":
+        raise ValueError(f"unknown learning-rate schedule {schedule!r}")
+    progress = min(1.0, step / max(1, total))
+    return warm * (floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress)))

@@ -55,6 +55,9 @@ class SFTConfig:
     weight_decay: float = 0.0
     num_demos: int = 256
     warmup_steps: int = 10
+    # "cosine": decays to 0 at `steps`; "constant" keeps the peak after warmup, so that where an
+    # accuracy target stops SFT does not decide how far the rate had decayed (docs/training.md).
+    lr_schedule: str = "cosine"
     # Stop SFT early once the policy's sampled accuracy on `check_size` training problems (at the
     # inference temperature) reaches this; 0 disables. `steps` stays the cap. Why: RL needs a
     # start with headroom, and a fixed step count lands anywhere from 5% to 60% depending on the
@@ -137,6 +140,9 @@ class TrainerConfig:
     weight_decay: float = 0.0
     betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
     warmup_steps: int = 0
+    # "constant" after warmup, or "cosine" from lr down to min_lr_ratio * lr at the last step.
+    lr_schedule: str = "constant"
+    min_lr_ratio: float = 0.0
     max_grad_norm: float = 1.0
     # Token-level importance ratio bounds: tokens whose ratio falls outside [low, high] are masked.
     mask_ratio_low: float = 0.125
@@ -174,6 +180,8 @@ _CHOICES = {
     "model.dtype": {"float32", "bfloat16", "float16"},
     "trainer.backend": {"auto", "gloo", "nccl"},
     "orchestrator.scheduling": {"auto", "continuous", "batch"},
+    "sft.lr_schedule": {"constant", "cosine"},
+    "trainer.lr_schedule": {"constant", "cosine"},
 }
 
 
@@ -309,6 +317,8 @@ def validate(cfg: JobConfig) -> None:
         raise ConfigError("trainer.mask_ratio_low/high: need 0 < low < 1 < high")
     if len(cfg.trainer.betas) != 2 or not all(0 <= b < 1 for b in cfg.trainer.betas):
         raise ConfigError("trainer.betas: need two numbers in [0, 1)")
+    if not 0 <= cfg.trainer.min_lr_ratio <= 1:
+        raise ConfigError(f"trainer.min_lr_ratio: must be in [0, 1], got {cfg.trainer.min_lr_ratio}")
     if cfg.trainer.max_grad_norm <= 0:
         raise ConfigError("trainer.max_grad_norm: must be > 0")
     if not 0 <= cfg.inference.port < 65536 or not 0 <= cfg.metrics.port < 65536:

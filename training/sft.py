@@ -10,7 +10,6 @@ The process then exits with EXIT_STOPPED.
 from __future__ import annotations
 
 import logging
-import math
 import random
 import signal
 import sys
@@ -21,7 +20,7 @@ from typing import Any
 
 import torch
 
-from training.common import parse_args, seed_all, set_threads
+from training.common import lr_factor, parse_args, seed_all, set_threads
 from training.config import JobConfig
 from training.envs import Environment, load_environment, prompt_ids
 from training.fsutil import STABLE, is_committed, publish_dir
@@ -120,9 +119,9 @@ def run_sft(run: RunDir, cfg: JobConfig, stop: threading.Event | None = None) ->
     rng.shuffle(demos)
     demos = demos[: cfg.sft.num_demos]
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.sft.lr, weight_decay=cfg.sft.weight_decay)
-    warm = max(1, cfg.sft.warmup_steps)
+    sc = cfg.sft
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / cfg.sft.steps)))
+        opt, lambda s: lr_factor(s, warmup=sc.warmup_steps, total=sc.steps, schedule=sc.lr_schedule)
     )
     metrics = Metrics(run, "sft", port=None)
     model.train()

@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 import torch
 import torch.distributed as dist
 
-from training.common import set_threads
+from training.common import lr_factor, set_threads
 from training.config import JobConfig, load_config
 from training.fsutil import COMMITTED, wait_for
 from training.metrics import Metrics
@@ -81,8 +81,12 @@ class Trainer:
         self.opt = torch.optim.AdamW(
             self.model.parameters(), lr=tc.lr, betas=(tc.betas[0], tc.betas[1]), weight_decay=tc.weight_decay
         )
-        warm = max(1, tc.warmup_steps)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm))
+        self.sched = torch.optim.lr_scheduler.LambdaLR(
+            self.opt,
+            lambda s: lr_factor(
+                s, warmup=tc.warmup_steps, total=tc.steps, schedule=tc.lr_schedule, floor=tc.min_lr_ratio
+            ),
+        )
         self.step = 0
         self.stop_requested = False
         if resume_step:

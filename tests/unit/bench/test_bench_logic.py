@@ -1,5 +1,6 @@
 """The pure parts of the benches: /proc parsing, the soak's slope and verdict, the replayed
-Prometheus answers, the emulation cost's arithmetic, the resumed-step search."""
+Prometheus answers, the emulation cost's arithmetic, the resumed-step search, the learning bench's
+seeds, run reading and summary."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from bench_learning import DEMO, LearningRun, env_seed_override, parse_seeds, read_run, summarise
 from emulation_cost import group_of, per_minute
 from failure_to_resume import first_after, trainer_times
 from procstat import linear_fit, parse_stat_cpu_ticks, parse_status_rss_kib
@@ -122,3 +124,52 @@ def test_first_step_of_the_resumed_attempt(tmp_path: Path) -> None:
     assert first_after(times, 140.0) == (150.0, 6)
     assert first_after(times, 200.0) is None
     assert trainer_times(tmp_path / "missing.jsonl") == []
+
+
+def test_learning_bench_seeds() -> None:
+    assert parse_seeds("0-5") == [0, 1, 2, 3, 4, 5]
+    assert parse_seeds("0-2,9") == [0, 1, 2, 9]
+    assert parse_seeds("7") == [7]
+    for bad in ("", "1,1", "3-1"):
+        with pytest.raises(ValueError):
+            parse_seeds(bad)
+
+
+def test_learning_bench_reads_the_first_and_last_eval(tmp_path: Path) -> None:
+    records = [
+        {"component": "sft", "stage": "sft", "step": 0, "loss": 1.2},
+        {"component": "orchestrator", "event": "eval", "step": 0, "eval_accuracy": 0.3},
+        {"component": "orchestrator", "step": 0, "reward_mean_arithmetic": 0.3},
+        {"component": "orchestrator", "event": "eval", "step": 600, "eval_accuracy": 0.75},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "sft" / "final").mkdir(parents=True)
+    (tmp_path / "sft" / "final" / "STABLE").write_text(json.dumps({"steps": 650, "demos": 2000}))
+    run = read_run(tmp_path, seed=3, load="loaded", wall_s=181.26)
+    assert (run.sft_steps, run.before, run.after, run.rl_steps, run.wall_s) == (650, 0.3, 0.75, 600, 181.3)
+    assert run.gain == pytest.approx(0.45)
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(records[1]) + "\n")
+    with pytest.raises(ValueError, match="expected an eval at step 0 and one at the end"):
+        read_run(tmp_path, seed=3, load="quiet", wall_s=1.0)
+
+
+def test_learning_bench_summary_per_load_and_overall() -> None:
+    def run(seed: int, load: str, gain: float) -> LearningRun:
+        return LearningRun(seed, load, 600, 0.3, 0.3 + gain, 600, 100.0)
+
+    runs = [run(0, "quiet", 0.4), run(1, "quiet", 0.5), run(2, "quiet", 0.6), run(0, "loaded", 0.35)]
+    s = summarise(runs)
+    assert s["quiet"] == {"runs": 3, "min": 0.4, "median": 0.5, "max": 0.6}
+    assert s["loaded"] == {"runs": 1, "min": 0.35, "median": 0.35, "max": 0.35}
+    assert s["all"]["runs"] == 4 and s["all"]["min"] == 0.35 and s["all"]["median"] == pytest.approx(0.45)
+
+
+def test_learning_bench_env_seed_keeps_the_demos_other_arguments() -> None:
+    import tomllib
+
+    text = env_seed_override(7)
+    assert text.startswith("env.kwargs=")
+    parsed = tomllib.loads("v = " + text.split("=", 1)[1])["v"]
+    demo = tomllib.loads(DEMO.read_text())
+    assert parsed == {**demo["env"]["kwargs"], "seed": 7}
+

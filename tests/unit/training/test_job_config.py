@@ -47,6 +47,9 @@ def test_overrides_are_typed() -> None:
         ("trainer.mask_ratio_low=2.0", "trainer.mask_ratio_low"),
         ("orchestrator.pack_row_tokens=0", "orchestrator.pack_row_tokens"),
         ("trainer=3", "trainer"),
+        ("trainer.lr_schedule=linear", "trainer.lr_schedule"),
+        ("sft.lr_schedule=step", "sft.lr_schedule"),
+        ("trainer.min_lr_ratio=1.5", "trainer.min_lr_ratio"),
     ],
 )
 def test_bad_values_name_the_key(override: str, key: str) -> None:
@@ -66,3 +69,23 @@ def test_bad_toml_file(tmp_path: Path) -> None:
         load_config(bad)
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "missing.toml")
+
+
+def test_learning_rate_schedules() -> None:
+    from training.common import lr_factor
+
+    # linear warmup, then flat
+    assert [lr_factor(s, warmup=4, total=100, schedule="constant") for s in (0, 1, 3, 50, 99)] == [
+        0.25,
+        0.5,
+        1.0,
+        1.0,
+        1.0,
+    ]
+    # cosine over all `total` steps down to the floor, and no further
+    cos = [lr_factor(s, warmup=1, total=100, schedule="cosine", floor=0.1) for s in (0, 50, 100, 150)]
+    assert cos == pytest.approx([1.0, 0.55, 0.1, 0.1])
+    assert lr_factor(0, warmup=10, total=100, schedule="cosine") == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="unknown learning-rate schedule"):
+        lr_factor(0, warmup=1, total=10, schedule="linear")
+
