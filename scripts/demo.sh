@@ -87,6 +87,7 @@ VICTIM=$(cat "$RUN/.demo-victim")
 # What the watcher's summary says, checked: the run completed on nodes without the victim, the
 # last attempt resumed from a checkpoint instead of starting over.
 python - "$RUN" "$VICTIM" <<'PY'
+import json
 import sys
 from pathlib import Path
 from opsctl.launch.ledger import load_ledger
@@ -96,6 +97,13 @@ ok = (led.final_state == "COMPLETED" and len(led.attempts) >= 2 and victim not i
       and last.resume_step > 0 and victim in led.attempts[0].failed_nodes)
 print(f"demo: run {led.final_state}; attempt {last.attempt} ran on {','.join(last.nodes)} from step "
       f"{last.resume_step}; {victim} was {'left out' if victim not in last.nodes else 'USED'}")
+# What RL did for the policy: held-out accuracy after SFT (step 0) and after the last RL step.
+rows = [json.loads(line) for line in (Path(sys.argv[1]) / "metrics.jsonl").read_text().splitlines()]
+evals = sorted((r["step"], r["eval_accuracy"]) for r in rows if r.get("event") == "eval")
+if evals:
+    (s0, a0), (s1, a1) = evals[0], evals[-1]
+    print(f"demo: held-out accuracy {a0:.3f} after SFT (step {s0}) -> {a1:.3f} after RL (step {s1}), "
+          f"{a1 - a0:+.3f}")
 sys.exit(0 if ok else 1)
 PY
 show opsctl nodes
