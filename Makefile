@@ -29,7 +29,10 @@ bench: $(STAMP)
 # Resolve pyproject again and rewrite locks/cpu.txt (on this CPU platform) and locks/cuda.txt (the
 # GPU nodes' runtime, from PyPI); commit both. Bootstrap, CI, the demo and the runtime role install
 # from them.
-lock: $(STAMP)
+# Not behind the bootstrap: that fails while the locks disagree with a changed pyproject.
+lock:
+	test -x $(BIN)/python || python3 -m venv $(VENV)
+	$(BIN)/pip install -q --constraint locks/cpu.txt packaging
 	$(BIN)/python scripts/lock.py refresh
 
 clean:
