@@ -69,11 +69,21 @@ def inventory_data(cfg: LabConfig) -> dict[str, Any]:
                 "remediation": {"hosts": {}},
                 # The training runtime (roles/training_runtime) is built from the wheelhouse the
                 # host stages into the NFS stand-in (`lab up --runtime`); without one, no machine.
-                "training_runtime": (
-                    {"children": {"gpu_nodes": None}} if runtime.staged(cfg) else {"hosts": {}}
-                ),
+                "training_runtime": _training_runtime_group(cfg),
             },
         }
+    }
+
+
+def _training_runtime_group(cfg: LabConfig) -> dict[str, Any]:
+    """The GPU machines once a wheelhouse is staged, installing at the lock it was staged with
+    (the CPU platform's: the lab has no GPU). A group variable here, not in group_vars/all, which
+    Ansible ranks above the inventory file's group variables."""
+    if not runtime.staged(cfg):
+        return {"hosts": {}}
+    return {
+        "children": {"gpu_nodes": None},
+        "vars": {"training_runtime_lock": str(runtime.lock_copy(cfg))},
     }
 
 

@@ -53,6 +53,12 @@ def cache_dir(cfg: LabConfig) -> Path:
     return cfg.cache_dir / f"wheelhouse-cp{LAB_PYTHON_VERSION.replace('.', '')}"
 
 
+def lock_copy(cfg: LabConfig) -> Path:
+    """The lock the wheelhouse was staged with, kept with the lab's state on the host: the role
+    installs at exactly these versions, whatever the repository holds by the time it runs."""
+    return cfg.state_dir / "runtime-lock.txt"
+
+
 def staged(cfg: LabConfig) -> bool:
     """True once a project wheel lies in the lab's wheelhouse (the inventory then enables the role)."""
     return any(wheelhouse_dir(cfg).glob(f"{PROJECT}-*.whl"))
@@ -108,6 +114,7 @@ def stage(cfg: LabConfig, repo_root: Path) -> StagedWheelhouse:
             if not dep.name.startswith(f"{PROJECT}-"):
                 _link_or_copy(dep, dest / dep.name)
         _link_or_copy(wheel, dest / wheel.name)
+    shutil.copyfile(repo_root / LOCK, lock_copy(cfg))
     for d in (dest, dest.parent):
         d.chmod(0o755)
     wheels = sorted(dest.glob("*.whl"))

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from conftest import boot_lab
 from lab_helpers import GPU_NODES, Converged, RunningLab, lab_status, wait_for
+from packaging.utils import canonicalize_name
 from tiny_job import TINY_JOB
 
 from opsctl.lab import machines, net
@@ -22,6 +23,7 @@ from opsctl.lab.converge import ConvergeResult
 # The first test also builds the image (first run on a machine) and converges twice in its fixtures.
 pytestmark = [pytest.mark.integration, pytest.mark.lab, pytest.mark.slow, pytest.mark.timeout(1800)]
 
+REPO = Path(__file__).resolve().parents[3]
 RUNTIME = "/shared/opsctl/runtime"
 # Run by the runtime's python on a GPU machine under Slurm: the project and torch from the share,
 # a tiny model of training.model, one forward pass.
@@ -159,6 +161,19 @@ def test_a_slurm_job_runs_the_training_runtime_from_the_share(lab: RunningLab, c
     assert len(got["logits"]) == 3 and got["logits"][0] == 1 and got["logits"][1] >= 7 and got["finite"]
     # the share is one file system: the machine that built it and the one that ran the job agree
     assert lab.ssh("gpu-001", "test", "-x", f"{venv}/bin/python").returncode == 0
+    # every package at the version of the CPU lock, which the role installed with (--constraint)
+    lock = (REPO / "locks" / "cpu.txt").read_text()
+    assert lab.ssh("gpu-002", "cat", f"{RUNTIME}/opsctl-0.1.0/constraints.txt").stdout == lock
+    pairs = (line.split("==") for line in lock.splitlines() if line[:1].isalnum())
+    pins = {canonicalize_name(name): version for name, version in pairs}
+    listing = lab.ssh("gpu-002", python, "-m", "pip", "list", "--format=json", timeout=120)
+    installed = {canonicalize_name(d["name"]): d["version"] for d in json.loads(listing.stdout)}
+    # pip and setuptools are the ones `python3 -m venv` put there: the role installs with them
+    locked = {n: v for n, v in installed.items() if n in pins and n not in {"pip", "setuptools"}}
+    off = {n: (v, pins[n]) for n, v in locked.items() if v != pins[n]}
+    assert len(locked) >= 20 and not off, f"installed (version, lock): {off}"
+    torch = canonicalize_name("torch")
+    assert installed[torch] == pins[torch] == "2.13.0+cpu"
 
 
 TINY_RUN = [*TINY_JOB, "trainer.steps=4"]

@@ -85,7 +85,13 @@ def test_pip_resolves_the_runtime_from_the_wheelhouse_alone(staged, tmp_path: Pa
 
 def test_the_inventory_enables_the_role_once_the_wheelhouse_is_staged(staged, tmp_path: Path) -> None:
     cfg, _result = staged
-    assert inventory_data(cfg)["all"]["children"]["training_runtime"] == {"children": {"gpu_nodes": None}}
+    group = inventory_data(cfg)["all"]["children"]["training_runtime"]
+    assert group["children"] == {"gpu_nodes": None}
+    # the role installs at the lock the wheelhouse was staged with, an absolute path in the state:
+    # the inventory is copied there, so a path relative to it would leave the repository
+    lock = Path(group["vars"]["training_runtime_lock"])
+    assert lock == runtime.lock_copy(cfg) and lock.is_absolute()
+    assert lock.read_text() == (REPO / runtime.LOCK).read_text()
     bare = LabConfig(gpu_nodes=2, state_dir=tmp_path)
     assert inventory_data(bare)["all"]["children"]["training_runtime"] == {"hosts": {}}
 
