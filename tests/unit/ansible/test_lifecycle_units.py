@@ -56,6 +56,18 @@ def test_dcgm_diag_passes_a_healthy_node_and_names_the_failed_test(tmp_path: Pat
     assert str(result["msg"]).startswith("dcgmi diag -r 1 failed: software (GPU 3)")
 
 
+def test_dcgm_diag_fails_when_the_diagnostic_could_not_run(tmp_path: Path) -> None:
+    node = hwstate.ensure_node(tmp_path / "hw", "gpu-001")
+    path = hwstate.state_path(tmp_path / "hw", "gpu-001")
+    hwstate.save(apply_fault(node, "diag_killed"), path)
+    rc, result = _dcgm_diag(tmp_path, path)
+    assert rc != 0 and result["rc"] == 203, result
+    assert str(result["msg"]) == (
+        "dcgmi diag -r 1 could not run: Error: Unable to complete diagnostic. "
+        "Return: (-53) : The DCGM diagnostic was killed by a signal"
+    )
+
+
 def test_dcgm_diag_fails_without_a_diagnostic_document(tmp_path: Path) -> None:
     rc, result = _dcgm_diag(tmp_path, tmp_path / "no-such-state.json")
     assert rc != 0

@@ -58,3 +58,15 @@ def test_without_pydcgm_the_source_uses_dcgmi_commands():
     src = DcgmSource(diag_level=2)
     assert src.commands() == {"dcgmi_health": "dcgmi health -c -j", "dcgmi_diag": "dcgmi diag -r 2 -j"}
     assert DcgmSource().commands() == {"dcgmi_health": "dcgmi health -c -j"}
+
+
+def test_a_diag_that_could_not_run_makes_the_node_unknown(th, real):
+    state = make_node("gpu-003")
+    out = {
+        "dcgmi_health": CommandResult(0, render_dcgmi_health(state)),
+        "dcgmi_diag": CommandResult(202, real("dcgmi-diag-j.runtime_error.dcgm4.derived.json")),
+    }
+    ev = incidents_from_outputs("gpu-003", out, NOW)
+    assert not ev.reachable
+    assert ev.error == "dcgmi diag could not run: Error: Diagnostic could not be run while DCGM is paused."
+    assert judge_node(ev, th, NOW).status is Status.UNKNOWN

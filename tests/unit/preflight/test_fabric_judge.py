@@ -206,3 +206,19 @@ def test_nccl_on_one_node_against_the_floor():
         "gpu-001", 1, "gpu-001: Test CUDA failure util.cu:555 'system not yet initialized'\n", 431
     )
     assert dead.status is Status.FAIL and "system not yet initialized" in dead.summary
+
+
+def test_a_dcgm_diag_that_could_not_run_or_ran_nothing_is_unknown_never_ok():
+    for layout in ("dcgm4", "dcgm3"):
+        text = (REAL_WORLD / f"dcgmi-diag-j.runtime_error.{layout}.derived.json").read_text()
+        verdict = fj.judge_dcgm("gpu-001", 1, 202, text)
+        assert verdict.status is Status.UNKNOWN, verdict
+        assert "could not run: Error: Diagnostic could not be run" in verdict.summary
+    empty = fj.judge_dcgm("gpu-001", 1, 0, '{"DCGM Diagnostic": {"test_categories": []}}')
+    assert empty.status is Status.UNKNOWN and "no test results" in empty.summary
+
+
+def test_a_dcgm_diag_failure_only_in_a_test_summary_fails_the_node():
+    text = (REAL_WORLD / "dcgmi-diag-j.summary-only-fail.dcgm4.derived.json").read_text()
+    verdict = fj.judge_dcgm("gpu-001", 1, 226, text)
+    assert verdict.status is Status.FAIL and "memory: Error using CUDA API cuInit" in verdict.summary
