@@ -17,8 +17,10 @@ short_description: Run the DCGM diagnostic on a node and fail on any failed test
 description:
   - Runs C(dcgmi diag -r LEVEL -j) and reads its JSON (DCGM 3.x and 4.x layouts) with the parser
     opsctl uses (shipped as a module_util).
-  - Fails when a test failed (naming test, GPU and warning), when dcgmi fails without a result
-    document, or when the output is not a diagnostic document.
+  - Fails when a test failed (naming test, GPU and warning; a failure DCGM 4 reports only in a
+    test's summary included), when the diagnostic could not run (dcgmi's C(runtime_error)) or ran
+    no test, when dcgmi fails without a result document, or when the output is not a diagnostic
+    document.
 version_added: "0.1.0"
 author: opsctl contributors
 options:
@@ -86,6 +88,10 @@ def main() -> None:
             failed_tests=failures,
             rc=rc,
         )
+    why = report.not_completed()
+    if why:  # the diagnostic could not run, or ran nothing: no evidence the node is healthy
+        level = module.params["level"]
+        module.fail_json(msg=f"dcgmi diag -r {level} {why}", results=rows, failed_tests=[], rc=rc)
     module.exit_json(changed=False, results=rows, failed_tests=[], rc=rc)
 
 

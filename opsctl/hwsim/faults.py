@@ -239,6 +239,10 @@ def _slurmd_stopped(state: NodeHardware, spec: FaultSpec) -> None:
     state.slurmd_up = False
 
 
+def _diag_killed(state: NodeHardware, spec: FaultSpec) -> None:
+    state.diag_killed = True
+
+
 def boot_time(now: float) -> float:
     """The kernel's btime for a boot that happens ``now``: whole seconds, and after every moment the
     node served before it (a real reboot takes minutes; the simulated one is instant, so the second
@@ -304,6 +308,7 @@ def _reboot(state: NodeHardware, spec: FaultSpec) -> None:
         hca.settle_traffic(now)
         hca.traffic_bytes_per_s = 0.0
     state.slurmd_up = state.dcgm_exporter_up = state.node_exporter_up = True
+    state.diag_killed = False
 
 
 FAULTS: dict[str, tuple[Callable[[NodeHardware, FaultSpec], None], str]] = {
@@ -318,6 +323,11 @@ FAULTS: dict[str, tuple[Callable[[NodeHardware, FaultSpec], None], str]] = {
     "busy": (_busy, "busy[,gpu=K]: GPUs under a training load (all GPUs by default)"),
     "exporter_down": (_exporter_down, "exporter_down[=all|dcgm|node]: the metrics endpoint stops"),
     "slurmd_stopped": (_slurmd_stopped, "slurmd_stopped: the node's slurmd is stopped"),
+    "diag_killed": (
+        _diag_killed,
+        "diag_killed: the DCGM diagnostic's process dies (a timeout, the OOM killer): dcgmi diag "
+        "prints its runtime_error and exits 203; health checks still answer",
+    ),
     "gpu_reset": (
         _gpu_reset,
         "gpu_reset[,gpu=K]: nvidia-smi -r on GPU K: its volatile errors, pending remap, recovery "

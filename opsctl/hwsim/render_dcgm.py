@@ -229,7 +229,22 @@ def diag_failed(state: NodeHardware, level: int = 1) -> bool:
     return any(i.fail for incs in _diag_failures(state, level).values() for i in incs)
 
 
+# dcgmi's message when the diagnostic's NVVS process is killed (DCGM_ST_NVVS_KILLED, -53), as
+# dcgmi/Diag.cpp words it for the default group; main() returns -53, which exits as 203.
+DIAG_KILLED_ERROR = (
+    "Error: Unable to complete diagnostic. Return: (-53) : The DCGM diagnostic was killed by a signal\n"
+)
+DIAG_KILLED_EXIT = 203
+
+
+def runtime_error_document(message: str) -> dict[str, object]:
+    """What ``dcgmi diag -j`` prints when the diagnostic cannot run (Diag::HelperDisplayFailureMessage)."""
+    return {"DCGM Diagnostic": {"runtime_error": message, "version": DCGM_VERSION}}
+
+
 def render_dcgmi_diag(state: NodeHardware, level: int = 1) -> str:
+    if state.diag_killed:
+        return to_styled_string(runtime_error_document(DIAG_KILLED_ERROR))
     return to_styled_string(diag_document(state, level))
 
 

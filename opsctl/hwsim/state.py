@@ -236,6 +236,7 @@ class NodeHardware:
     slurmd_up: bool = True
     dcgm_exporter_up: bool = True
     node_exporter_up: bool = True
+    diag_killed: bool = False  # dcgmi diag cannot complete: its NVVS process dies
     faults: list[str] = field(default_factory=list)  # applied fault specs, in order
 
     def gpu(self, index: int) -> Gpu:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from opsctl.hwsim import fabric_tools
 from opsctl.hwsim.render_dcgm import (
+    DIAG_KILLED_EXIT,
     diag_failed,
     render_dcgmi_diag,
     render_dcgmi_health,
@@ -158,6 +159,9 @@ def dcgmi(argv: Sequence[str]) -> str:
     if args.run not in levels:
         raise ToolError(f"simulated dcgmi diag: unknown run level {args.run!r}", 2)
     text = render_dcgmi_diag(state, levels[args.run])
+    if state.diag_killed:
+        sys.stdout.write(text)
+        raise ToolError("", DIAG_KILLED_EXIT)
     if diag_failed(state, levels[args.run]):
         sys.stdout.write(text)
         raise ToolError("", 1)

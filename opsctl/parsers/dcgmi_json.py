@@ -7,8 +7,11 @@
   }]}], "version", "Driver Version Detected"}}``; a result without GPU ids covers the whole system.
 - DCGM 4.x: ``{"DCGM Diagnostic": {"test_categories": [{"category", "tests": [{"name",
   "results": [{"entity_group", "entity_group_id", "entity_id", "status", "warnings": [{"warning",
-  "error_id", "error_category", "error_severity"}], "info": [...]}], "test_summary": {"status"}}]}]},
-  "entity_groups": [...], "metadata": {"version", "Driver Version Detected"}}``.
+  "error_id", "error_category", "error_severity"}], "info": [...]}], "test_summary": {"status",
+  "warnings"}}]}]}, "entity_groups": [...], "metadata": {"version", "Driver Version Detected"}}``
+  (DCGM's own schema: tests/fixtures/real-world/dcgm_diag_schema.dcgm4.6.0.json).
+- Either version, when the diagnostic cannot run (DCGM paused, NVVS killed or timed out, an
+  unsupported driver): ``{"<name as above>": {"version", "runtime_error": "Error: ..."}}``.
 
 ``dcgmi health -c -j``: ``{"body": {"GPU": {"children": {"<id>": {"children": {"Errors":
 {"children": {"<system>": {"value", "overflow": [...]}}}}, "value"}}}, "Overall Health": {"value"}},
@@ -48,9 +51,22 @@ class DiagReport:
     version: str = ""
     driver_version: str = ""
     results: list[DiagResult] = field(default_factory=list)
+    # DCGM 4: a test's summary that fails while none of its entity results does (an error tied to
+    # no GPU, reported there only), as a whole-system result
+    summary_failures: list[DiagResult] = field(default_factory=list)
+    runtime_error: str = ""  # the diagnostic could not run (dcgmi exits non-zero)
 
     def failed(self) -> list[DiagResult]:
-        return [r for r in self.results if r.status.lower() == "fail"]
+        return [r for r in self.results if r.status.lower() == "fail"] + self.summary_failures
+
+    def not_completed(self) -> str:
+        """Why this document is no evidence of health ("" when it is): the diagnostic could not
+        run, or ran no test. Either way it must never read as passed."""
+        if self.runtime_error:
+            return f"could not run: {self.runtime_error}"
+        if not self.results and not self.summary_failures:
+            return "no test results"
+        return ""
 
 
 def _loads(text: str) -> Any:
@@ -105,13 +121,25 @@ def parse_diag_test(test: dict[str, Any], category: str = "") -> list[DiagResult
     return out
 
 
+def _summary_failure(test: dict[str, Any], results: list[DiagResult], category: str) -> list[DiagResult]:
+    """DCGM 4 lists every error of a test in its ``test_summary``, and an error tied to no entity
+    only there: a failing summary counts when no entity result of the test already fails."""
+    summary = test.get("test_summary")
+    if not isinstance(summary, dict) or str(summary.get("status", "")).lower() != "fail":
+        return []
+    if any(r.status.lower() == "fail" for r in results):
+        return []
+    texts, ids = _warnings(summary)
+    return [DiagResult(str(test.get("name", "")), category, str(summary["status"]), None, texts, ids)]
+
+
 def parse_dcgmi_diag(text: str) -> DiagReport:
     doc = _loads(text)
     if not isinstance(doc, dict):
         raise DcgmiFormatError("dcgmi diag -j: top level is not an object")
     if "DCGM Diagnostic" in doc:
         body, schema = doc["DCGM Diagnostic"], "dcgm4"
-        meta = doc.get("metadata") or {}
+        meta = doc.get("metadata") or body  # a runtime_error document keeps its version in the body
     elif "DCGM GPU Diagnostic" in doc:
         body, schema = doc["DCGM GPU Diagnostic"], "dcgm3"
         meta = body
@@ -119,17 +147,23 @@ def parse_dcgmi_diag(text: str) -> DiagReport:
         raise DcgmiFormatError(
             "dcgmi diag -j: neither 'DCGM Diagnostic' (4.x) nor 'DCGM GPU Diagnostic' (3.x)"
         )
+    if not isinstance(body, dict):
+        raise DcgmiFormatError(f"dcgmi diag -j: the document's body is not an object ({schema})")
     report = DiagReport(
         schema=schema,
         version=str(meta.get("version", "")),
         driver_version=str(meta.get("Driver Version Detected", "")),
+        runtime_error=str(body.get("runtime_error") or "").strip(),
     )
     for cat in body.get("test_categories") or []:
         if not isinstance(cat, dict):
             continue
+        category = str(cat.get("category", ""))
         for test in cat.get("tests") or []:
             if isinstance(test, dict):  # genuine 3.x output has null entries between tests
-                report.results.extend(parse_diag_test(test, str(cat.get("category", ""))))
+                results = parse_diag_test(test, category)
+                report.results.extend(results)
+                report.summary_failures.extend(_summary_failure(test, results, category))
     return report
 
 

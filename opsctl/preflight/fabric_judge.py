@@ -335,8 +335,8 @@ def judge_pcie(node: str, f: NodeFabricFacts, p: PreflightSection) -> Verdict:
 
 
 def judge_dcgm(node: str, level: int, rc: int | None, text: str, not_run: str = "") -> Verdict:
-    """``dcgmi diag -r N -j``: FAIL on a failed test, UNKNOWN when it was not run (busy node) or
-    printed nothing readable."""
+    """``dcgmi diag -r N -j``: FAIL on a failed test, UNKNOWN when it was not run (busy node),
+    could not run (its ``runtime_error``), ran no test, or printed nothing readable."""
     code = "fabric-dcgm-diag"
     if not_run:
         return v(node, code, Status.UNKNOWN, f"dcgmi diag -r {level} not run: {not_run}", short=not_run[:60])
@@ -347,6 +347,8 @@ def judge_dcgm(node: str, level: int, rc: int | None, text: str, not_run: str = 
             node, code, Status.UNKNOWN, f"dcgmi diag -r {level}: {exc}"[:200], rc=rc, short="diag unreadable"
         )
     failed = report.failed()
+    if not failed and (why := report.not_completed()):
+        return v(node, code, Status.UNKNOWN, f"dcgmi diag -r {level} {why}"[:300], rc=rc, short=why[:60])
     if failed:
         listed = "; ".join(
             f"{r.test}{'' if r.gpu is None else f' gpu {r.gpu}'}: {'; '.join(r.warnings)[:80]}"
