@@ -75,7 +75,7 @@ COUNTERS = {
     "node_infiniband_local_link_integrity_errors_total": "local_link_integrity_errors",
     "node_infiniband_excessive_buffer_overrun_errors_total": "excessive_buffer_overrun_errors",
     "node_infiniband_port_receive_remote_physical_errors_total": "port_rcv_remote_physical_errors",
-    "node_infiniband_port_transmit_discards_total": "port_xmit_discards",
+    "node_infiniband_port_discards_transmitted_total": "port_xmit_discards",
 }
 # NVML clock event reason bits (nvml.h nvmlClocksEventReason*)
 HW_THERMAL_SLOWDOWN = 0x40

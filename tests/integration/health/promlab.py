@@ -30,7 +30,7 @@ IB_COUNTERS = (
     "local_link_integrity_errors",
     "excessive_buffer_overrun_errors",
     "port_receive_remote_physical_errors",
-    "port_transmit_discards",
+    "port_discards_transmitted",
 )
 
 

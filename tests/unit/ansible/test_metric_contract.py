@@ -8,17 +8,12 @@ production cannot answer is listed in OPTIONAL with the reason, and counted in t
 
 from __future__ import annotations
 
-import json
-import re
-
 import pytest
 import yaml
 from provisioning_helpers import REPO
 from test_dcgm_counters import pinned_dcgm, render
+from upstream_contract import queried
 
-from opsctl.evidence.prometheus import PrometheusSource
-
-_METRIC = re.compile(r"\b(DCGM_[A-Z0-9_]+|node_[a-z0-9_]+)\b")
 # Queried on purpose though the pinned DCGM cannot export them: the source reads whichever exists.
 OPTIONAL = {
     "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": "the DCGM 4 name of the clock event reasons; DCGM 3 exports "
@@ -42,27 +37,6 @@ NODE_COLLECTORS = {
     "node_nfs_": "nfs",
 }
 DEFAULT_OFF = {"infiniband"}
-
-
-def queried() -> dict[str, set[str]]:
-    """metric -> where it is queried."""
-    out: dict[str, set[str]] = {}
-
-    def add(text: str, where: str) -> None:
-        for name in _METRIC.findall(text):
-            out.setdefault(name, set()).add(where)
-
-    for q in PrometheusSource("http://x").queries().values():
-        add(q, "opsctl prometheus source")
-    for path in sorted((REPO / "dashboards/alerts").glob("*.rules.yml")):
-        for group in yaml.safe_load(path.read_text())["groups"]:
-            for rule in group["rules"]:
-                add(rule["expr"], path.name)
-    for path in sorted((REPO / "dashboards/grafana").glob("*.json")):
-        for panel in json.loads(path.read_text()).get("panels", []):
-            for target in panel.get("targets", []):
-                add(target.get("expr", ""), path.name)
-    return out
 
 
 def node_exporter_collectors() -> set[str]:
