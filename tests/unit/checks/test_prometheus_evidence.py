@@ -315,3 +315,18 @@ def test_an_xid_of_this_boot_no_longer_counted_still_fails_when_the_boot_is_know
     res = results(states, xid_window={("gpu-001", 3, 79): (1, NOW - 1500)})
     assert evidence(res)["gpu-001"].xids[0].counted_now is False
     assert verdicts(res)["gpu-001"] == ("FAIL", ["gpu-xid:FAIL"])
+
+
+def test_transmit_discards_are_read_under_node_exporters_name() -> None:
+    # node_exporter's name (node_infiniband_port_discards_transmitted_total), as the emulator serves
+    # it: present on every node and, where it grew, read into the port's sysfs counter name
+    st = make_node("gpu-002", now=NOW)
+    served = {f.name for f in families(st, now=NOW)}
+    (name,) = [n for n, sysfs in COUNTERS.items() if sysfs == "port_xmit_discards"]
+    assert name in served
+    grew = {"counter": name, "node": "gpu-002", "device": "mlx5_3", "port": "1"}
+    evs = evidence(results(fleet(), counters=[{"metric": grew, "value": [NOW, "1500"]}]))
+    (port,) = [p for p in evs["gpu-002"].ib_ports if p.device == "mlx5_3"]
+    assert port.counter_deltas and port.counter_deltas["port_xmit_discards"] == 1500
+    others = evs["gpu-001"].ib_ports
+    assert all(p.counter_deltas and p.counter_deltas["port_xmit_discards"] == 0 for p in others)
