@@ -23,6 +23,11 @@ from opsctl.slurm.states import Gres, gpu_summary, gpus_in_tres, gpus_per_node, 
         ("idle~", None, "idle", {"POWERED_DOWN"}),
         ("inval", None, "down", {"INVALID_REG"}),
         ("IDLE+NO_RESPOND", None, "idle", {"NOT_RESPONDING"}),
+        # NPC/PERFCTRS: Slurm's NET state (an idle node held for network performance counters),
+        # slurm_protocol_defs.c in 22.05 and 24.11; it says nothing about the node responding
+        ("npc", None, "idle", {"PERFCTRS"}),
+        ("PERFCTRS", None, "idle", {"PERFCTRS"}),
+        ("IDLE+PERFCTRS", None, "idle", {"PERFCTRS"}),
     ],
 )
 def test_normalize_state(text: str, extra: list[str] | None, base: str, flags: set[str]) -> None:
