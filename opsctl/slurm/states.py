@@ -36,7 +36,10 @@ _NAMED_STATES: dict[str, tuple[str, set[str]]] = {
     "plnd": ("idle", {"PLANNED"}),
     "planned": ("idle", {"PLANNED"}),
     "boot": ("idle", {"REBOOT_ISSUED"}),
-    "npc": ("idle", {"NO_RESPOND"}),
+    # NPC (sinfo) and PERFCTRS (scontrol): NODE_STATE_NET, an idle node held for network
+    # performance counters (slurm_protocol_defs.c); nothing to do with responding
+    "npc": ("idle", {"PERFCTRS"}),
+    "perfctrs": ("idle", {"PERFCTRS"}),
 }
 
 # sinfo suffixes -> flags.
