@@ -431,9 +431,9 @@ def families(
 
 def node_families(state: NodeHardware, *, now: float | None = None) -> list[Family]:
     """node_exporter's families the simulator serves: the stat collector's boot time, the
-    filesystem and nfs collectors (on by default), and the infiniband collector (the role enables
-    it with --collector.infiniband). The real exporter serves many more (cpu, memory, ...) that
-    nothing in opsctl reads."""
+    filesystem, nfs and infiniband collectors (all on by default in node_exporter 1.5 and 1.9; the
+    role names infiniband anyway, --collector.infiniband, so that a site turning defaults off keeps
+    it). The real exporter serves many more (cpu, memory, ...) that nothing in opsctl reads."""
     now = time.time() if now is None else now
     return (
         stat_families(state)

@@ -27,8 +27,8 @@ OPTIONAL = {
     "DCGM_FI_DEV_RETIRED_DBE": "pre-Ampere page retirement; H200 reports row remapping",
     "DCGM_FI_DEV_RETIRED_PENDING": "pre-Ampere page retirement; H200 reports row remapping",
 }
-# node_exporter metric families and the collector that produces them (all default-on but
-# infiniband, which the role enables by flag).
+# node_exporter metric families and the collector that produces them (all on by default in the
+# supported releases, infiniband included: registerCollector(..., defaultEnabled) in 1.5.0 and 1.9.0).
 NODE_COLLECTORS = {
     "node_infiniband_": "infiniband",
     "node_boot_time_seconds": "stat",
@@ -36,12 +36,14 @@ NODE_COLLECTORS = {
     "node_filesystem_": "filesystem",
     "node_nfs_": "nfs",
 }
-DEFAULT_OFF = {"infiniband"}
+DEFAULT_OFF: set[str] = set()
 
 
-def node_exporter_collectors() -> set[str]:
-    defaults = yaml.safe_load((REPO / "roles/node_exporter/defaults/main.yml").read_text())
-    args = str(defaults["node_exporter_args"])
+def node_exporter_collectors(args: str | None = None) -> set[str]:
+    """The collectors node_exporter runs with `args` (the role's default flags unless given)."""
+    if args is None:
+        defaults = yaml.safe_load((REPO / "roles/node_exporter/defaults/main.yml").read_text())
+        args = str(defaults["node_exporter_args"])
     on = {c for c in NODE_COLLECTORS.values() if c not in DEFAULT_OFF and f"--no-collector.{c}" not in args}
     return on | {c for c in DEFAULT_OFF if f"--collector.{c}" in args}
 
@@ -83,6 +85,11 @@ def test_the_contract_fails_when_a_counter_is_removed(counters: set[str]) -> Non
     missing = unexported(queried(), mutated, node_exporter_collectors())
     assert set(missing) == {"DCGM_EXP_XID_ERRORS_COUNT"}
     assert "opsctl prometheus source" in missing["DCGM_EXP_XID_ERRORS_COUNT"]
+
+
+def test_the_node_exporter_flags_decide_the_collectors() -> None:
+    assert "infiniband" in node_exporter_collectors("--web.listen-address=:9100")  # on by default
+    assert "infiniband" not in node_exporter_collectors("--no-collector.infiniband")
 
 
 def test_the_contract_fails_without_the_infiniband_collector(counters: set[str]) -> None:
