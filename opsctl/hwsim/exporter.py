@@ -33,6 +33,7 @@ from typing import Any
 
 from opsctl.errors import OpsctlError
 from opsctl.hwsim.collectors import DEFAULT_PATH, Counter
+from opsctl.hwsim.dcgm_exporter import NO_FLAGS, ExporterFlags, exporter_version, hostname_label
 from opsctl.hwsim.metrics import (
     XID_WINDOW_MS,
     Family,
@@ -62,15 +63,23 @@ class NodeSpec:
 
 @dataclass(frozen=True)
 class DcgmConfig:
-    """What dcgm-exporter is started with: its counters file and XID count window."""
+    """What dcgm-exporter is started with: its counters file, XID count window, and the release and
+    flags that decide how it names the node (no release: the node's own name, as 3.x does)."""
 
     counters: tuple[Counter, ...]
     xid_window_ms: int = XID_WINDOW_MS
+    release: str | None = None
+    flags: ExporterFlags = NO_FLAGS
+
+    def hostname(self, node: str) -> str:
+        return node if self.release is None else hostname_label(self.release, self.flags, node)
 
 
 def render_kind(kind: str, state: NodeHardware, dcgm: DcgmConfig) -> list[Family]:
     if kind == "dcgm":
-        return dcgm_families(state, dcgm.counters, xid_window_ms=dcgm.xid_window_ms)
+        return dcgm_families(
+            state, dcgm.counters, xid_window_ms=dcgm.xid_window_ms, hostname=dcgm.hostname(state.node)
+        )
     return node_families(state)
 
 
@@ -196,18 +205,21 @@ class MultiExporter:
         state_file: Path | None = None,
         xid_window_ms: int = XID_WINDOW_MS,
         serve: Sequence[str] = KINDS,
+        release: str | None = None,
+        flags: ExporterFlags = NO_FLAGS,
     ) -> None:
         """Endpoints per node, reading ``state_dir/NODE.json`` (or ``state_file`` for a single node).
 
         ``counters`` is dcgm-exporter's counters file, ``xid_window_ms`` its
         ``--xid-count-window-size``; ``serve`` the exporters to run (the lab runs the real
-        node_exporter and serves only ``dcgm``)."""
+        node_exporter and serves only ``dcgm``); ``release`` and ``flags`` the dcgm-exporter release
+        to behave as and its node-naming flags (dcgm_exporter.py)."""
         if state_file is not None and len(nodes) != 1:
             raise ValueError("a single state file serves exactly one node")
         unknown = set(serve) - set(KINDS)
         if unknown or not serve:
             raise ValueError(f"serve: want some of {', '.join(KINDS)}, not {', '.join(serve)}")
-        dcgm = DcgmConfig(tuple(counters), xid_window_ms)
+        dcgm = DcgmConfig(tuple(counters), xid_window_ms, release, flags)
         self.endpoints: list[NodeEndpoint] = []
         for spec in nodes:
             path = state_file or state_path(state_dir, spec.name)
@@ -286,7 +298,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=XID_WINDOW_MS,
         help=f"window of DCGM_EXP_XID_ERRORS_COUNT in ms, as dcgm-exporter's flag (default {XID_WINDOW_MS})",
     )
+    ap.add_argument(
+        "-r",
+        "--remote-hostengine-info",
+        help="as dcgm-exporter's flag (the host engine is simulated): with --release 4.x, the host "
+        "part becomes every series' Hostname, as the real exporter does",
+    )
+    ap.add_argument("-k", "--kubernetes", action="store_true", help="as dcgm-exporter's flag")
+    ap.add_argument(
+        "--release",
+        help="the dcgm-exporter release to name the node as (e.g. 4.4.1-4.6.0); default: the node's name",
+    )
     args = ap.parse_args(argv)
+    if args.release is not None:
+        try:
+            exporter_version(args.release)
+        except ValueError as exc:
+            ap.error(str(exc))
     if args.xid_count_window_size <= 0:
         ap.error("--xid-count-window-size must be > 0")
     if args.state is not None and len(args.node) != 1:
@@ -308,6 +336,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         state_file=args.state,
         xid_window_ms=args.xid_count_window_size,
         serve=serve,
+        release=args.release,
+        flags=ExporterFlags(args.remote_hostengine_info, args.kubernetes),
     )
     try:
         exporter.start()

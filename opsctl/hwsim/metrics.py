@@ -46,15 +46,19 @@ class Family:
     samples: list[Sample] = field(default_factory=list)
 
 
-def _gpu_labels(state: NodeHardware, g: Gpu, label_fields: Sequence[str] = ()) -> dict[str, str]:
-    """dcgm-exporter's labels of a GPU series, then the counters file's ``label`` fields in order."""
+def _gpu_labels(
+    state: NodeHardware, g: Gpu, label_fields: Sequence[str] = (), hostname: str | None = None
+) -> dict[str, str]:
+    """dcgm-exporter's labels of a GPU series, then the counters file's ``label`` fields in order.
+    ``hostname``: what the exporter's release and flags name the node (dcgm_exporter.hostname_label),
+    by default the node's own name."""
     labels = {
         "gpu": str(g.index),
         "UUID": g.uuid,
         "pci_bus_id": g.bus_id,
         "device": f"nvidia{g.index}",
         "modelName": PRODUCT_NAME,
-        "Hostname": state.node,
+        "Hostname": state.node if hostname is None else hostname,
     }
     for name in label_fields:
         labels[name] = LABEL_FIELDS[name](state, g)
@@ -187,6 +191,7 @@ def dcgm_families(
     *,
     now: float | None = None,
     xid_window_ms: int = XID_WINDOW_MS,
+    hostname: str | None = None,
 ) -> list[Family]:
     """dcgm-exporter's families for the fields of its counters file, in file order, with the file's
     type and help; the XID collector's family last. A missing GPU has no series at all, as when
@@ -201,15 +206,25 @@ def dcgm_families(
         getter, as_float = DCGM_FIELDS[c.field]
         fam = Family(c.field, c.type, c.help)
         for g in gpus:
-            fam.samples.append(Sample(_gpu_labels(state, g, label_fields), float(getter(g)), as_float))
+            labels = _gpu_labels(state, g, label_fields, hostname)
+            fam.samples.append(Sample(labels, float(getter(g)), as_float))
         families.append(fam)
     if any(c.field == XID_COUNT for c in counters):
-        families.append(xid_count_family(state, now=now, window_ms=xid_window_ms, label_fields=label_fields))
+        families.append(
+            xid_count_family(
+                state, now=now, window_ms=xid_window_ms, label_fields=label_fields, hostname=hostname
+            )
+        )
     return families
 
 
 def xid_count_family(
-    state: NodeHardware, *, now: float, window_ms: int = XID_WINDOW_MS, label_fields: Sequence[str] = ()
+    state: NodeHardware,
+    *,
+    now: float,
+    window_ms: int = XID_WINDOW_MS,
+    label_fields: Sequence[str] = (),
+    hostname: str | None = None,
 ) -> Family:
     """``DCGM_EXP_XID_ERRORS_COUNT`` as dcgm-exporter's XID collector builds it: per GPU, one series
     per XID seen by DCGM within the window (label ``xid``), or one zero series without ``xid``
@@ -225,7 +240,7 @@ def xid_count_family(
         for e in state.xids:
             if e.gpu == g.index and e.time >= max(window_start, g.dcgm_xid_since):
                 counts[e.xid] = counts.get(e.xid, 0) + 1
-        labels = _gpu_labels(state, g, label_fields) | {"window_size_in_ms": str(window_ms)}
+        labels = _gpu_labels(state, g, label_fields, hostname) | {"window_size_in_ms": str(window_ms)}
         if not counts:
             xid.samples.append(Sample(labels, 0.0))
         for code, n in sorted(counts.items()):

@@ -25,10 +25,12 @@ it on the next scrape); ``slurmd_stopped`` also stops that node's real slurmd, a
 rendered config, and the rendered prometheus.yml sends alerts to it.
 ``MonitoringAddon(xid_window_ms=..., dcgm_version=..., counters_file=...)`` sets the emulated
 dcgm-exporter's XID count window (its ``--xid-count-window-size``), renders the counters file for
-another DCGM release than the pinned one (4.5 adds the recovery action), or replaces the rendered
-file with another (a site's variant); register such an instance under its own name
-(``register_addon``) to start a sim with it. A training run's metrics endpoints are scraped once a
-file_sd target file is written in ``MonitoringInfo.file_sd_dir/training/`` (``add_training_targets``).
+another DCGM release than the pinned one (4.5 adds the recovery action; the exporter is then a
+release for that DCGM, or ``dcgm_exporter_version``, and names its nodes as that release does with
+the role's flags), or replaces the rendered file with another (a site's variant); register such an
+instance under its own name (``register_addon``) to start a sim with it. A training run's metrics
+endpoints are scraped once a file_sd target file is written in
+``MonitoringInfo.file_sd_dir/training/`` (``add_training_targets``).
 """
 
 from __future__ import annotations
@@ -46,7 +48,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
 from opsctl.errors import ConfigError, UsageError
+from opsctl.hwsim.dcgm_exporter import ExporterFlags, parse_flags, release_for
 from opsctl.hwsim.faults import apply_fault, parse_spec
 from opsctl.hwsim.faults import heal as heal_state
 from opsctl.hwsim.metrics import XID_WINDOW_MS, load_collectors
@@ -120,6 +125,7 @@ def sim_inventory(
                 "cluster_name": "sim",
                 # the dcgm role
                 "dcgm_exporter_collectors": str(mon / "dcgm-counters.csv"),
+                "dcgm_exporter_unit_file": str(mon / "dcgm-exporter.service"),
                 # the prometheus role: the sim scrapes every 5 s, and only its nodes run exporters
                 "prometheus_port": prometheus_port,
                 "prometheus_scrape_interval": f"{SCRAPE_INTERVAL_S}s",
@@ -151,9 +157,30 @@ def sim_inventory(
     }
 
 
-def render_configs(mon: Path, inventory: dict[str, Any], dcgm_version: str | None = None) -> None:
+def exporter_release(dcgm_version: str | None = None, dcgm_exporter_version: str | None = None) -> str:
+    """The dcgm-exporter release the sim's nodes run: the one given, else the pinned one, or, with
+    another DCGM than the pinned one, a release built for that DCGM's major."""
+    if dcgm_exporter_version is not None:
+        return dcgm_exporter_version
+    if dcgm_version is not None:
+        return release_for(dcgm_version)
+    return str(yaml.safe_load(VERSIONS.read_text())["dcgm_exporter_version"])
+
+
+def exporter_flags(unit: Path) -> ExporterFlags:
+    """The node-naming flags of the dcgm-exporter unit the dcgm role rendered."""
+    for line in unit.read_text().splitlines():
+        if line.startswith("ExecStart="):
+            return parse_flags(line.removeprefix("ExecStart="))
+    raise ConfigError(f"{unit}: no ExecStart line")
+
+
+def render_configs(
+    mon: Path, inventory: dict[str, Any], dcgm_version: str | None = None, exporter: str | None = None
+) -> None:
     """Run the production roles' render tasks (``render_monitoring.yml``) for ``inventory``, with the
-    pinned versions (``dcgm_version`` replaces the pinned DCGM: a site on another release)."""
+    pinned versions (``dcgm_version`` replaces the pinned DCGM: a site on another release;
+    ``exporter`` the dcgm-exporter release)."""
     from opsctl.sim.cluster import SimError
 
     ansible = Path(sys.executable).parent / "ansible-playbook"
@@ -176,6 +203,8 @@ def render_configs(mon: Path, inventory: dict[str, Any], dcgm_version: str | Non
     argv = [str(ansible), "-i", str(inv), str(PLAYBOOK), "-e", f"@{VERSIONS}"]
     if dcgm_version is not None:
         argv += ["-e", json.dumps({"dcgm_version": dcgm_version})]
+    if exporter is not None:
+        argv += ["-e", json.dumps({"dcgm_exporter_version": exporter})]
     try:
         done = subprocess.run(
             argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=RENDER_TIMEOUT_S, check=False
@@ -256,11 +285,13 @@ class MonitoringAddon:
         counters_file: str | os.PathLike[str] | None = None,
         dcgm_version: str | None = None,
         alertmanager: bool = False,
+        dcgm_exporter_version: str | None = None,
     ) -> None:
         self.ready_timeout = ready_timeout
         self.xid_window_ms = xid_window_ms
         self.counters_file = None if counters_file is None else Path(counters_file)
         self.dcgm_version = dcgm_version
+        self.exporter_release = exporter_release(dcgm_version, dcgm_exporter_version)
         self.alertmanager = alertmanager
 
     def start(self, sim: SimCluster) -> None:
@@ -301,6 +332,7 @@ class MonitoringAddon:
                 alertmanager_port=am_port if alertmanager else None,
             ),
             self.dcgm_version,
+            self.exporter_release,
         )
         am_url = ""
         if alertmanager is not None:  # the role's alertmanager.yml: its routes, its receivers
@@ -333,7 +365,15 @@ class MonitoringAddon:
             str(ports_file),
             "--xid-count-window-size",
             str(self.xid_window_ms),
+            # named as the role's unit makes this release name its node
+            "--release",
+            self.exporter_release,
         ]
+        flags = exporter_flags(mon / "dcgm-exporter.service")
+        if flags.remote_hostengine is not None:
+            argv += ["--remote-hostengine-info", flags.remote_hostengine]
+        if flags.kubernetes:
+            argv.append("--kubernetes")
         for node, p in exporter_ports.items():
             argv += ["--node", f"{node}={p['dcgm']},{p['node']}"]
         sim.spawn(EXPORTER_PROC, argv)

@@ -89,6 +89,25 @@ def instant(sim: SimCluster, query: str) -> list[dict[str, Any]]:
         return list(json.loads(resp.read())["data"]["result"])
 
 
+def test_a_dcgm_4_exporter_named_localhost_by_the_roles_flags_reaches_prometheus_as_its_node(sim) -> None:
+    # The dcgm role's unit passes --remote-hostengine-info localhost:5555; a 4.x exporter then names
+    # every node "localhost" (the emulator follows the release's source). The prometheus role's
+    # relabel puts the node's own name back, so each node's series are its own.
+    info = monitoring.load_info(sim)
+    assert info is not None
+    unit = Path(info.counters_file).parent / "dcgm-exporter.service"
+    assert "--remote-hostengine-info localhost:5555" in unit.read_text()
+    port = info.exporter_ports[sim.node_names[0]]["dcgm"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        raw = resp.read().decode()
+    assert 'Hostname="localhost"' in raw and f'Hostname="{sim.node_names[0]}"' not in raw
+    series = instant(sim, "count by (Hostname, instance) (DCGM_FI_DEV_GPU_TEMP)")
+    assert {(s["metric"]["Hostname"], s["metric"]["instance"]) for s in series} == {
+        (n, n) for n in sim.node_names
+    }
+    assert {s["value"][1] for s in series} == {"8"}
+
+
 def _booted_as_healed(sim: SimCluster) -> bool:
     """Every node's boot time in Prometheus is its state file's (a heal is a new boot, and
     node_exporter's target is scraped apart from dcgm-exporter's)."""
