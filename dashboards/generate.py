@@ -1,5 +1,6 @@
 """The Grafana dashboards as code: ``python dashboards/generate.py`` writes dashboards/grafana/*.json,
-``--check`` exits 1 when a committed file differs from what this generator makes.
+and the XID matcher of the GpuFatalXid alert rule (dashboards/alerts/gpu-node-health.rules.yml)
+from the XID catalogue; ``--check`` exits 1 when a committed file differs from what it makes.
 
 Built with Grafana's own Foundation SDK (grafana-foundation-sdk, the builders generated from
 Grafana 11.6's schemas), so every field name and panel option is one Grafana knows. Queries follow
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +26,9 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableOption, VariableRefresh
 
 OUT = Path(__file__).resolve().parent / "grafana"
+RULES = Path(__file__).resolve().parent / "alerts" / "gpu-node-health.rules.yml"
+# the XID label matcher of the GpuFatalXid rule, the one line of the rules file generated here
+XID_MATCHER = re.compile(r'xid!~"[0-9|]*"')
 DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
 NODE = '$node'
 GPU = f'Hostname=~"{NODE}"'  # dcgm-exporter's node label
@@ -321,12 +326,41 @@ def render(builder: Callable[[], d.Dashboard]) -> str:
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
+def not_fatal_xids() -> list[int]:
+    """The XIDs the shipped configuration does not drain for (classes ignore and restart_app: the
+    catalogue's, with thresholds.toml's overrides). Every other XID, one missing from the catalogue
+    included ([xid] default_class), takes a node out: the rule fires unless the XID is listed."""
+    from opsctl.checks import load_thresholds
+    from opsctl.checks.xid_catalogue import catalogue
+
+    th = load_thresholds()
+    return [x for x in sorted(catalogue().entries) if th.xid_class(x) in ("ignore", "restart_app")]
+
+
+def render_rules(text: str) -> str:
+    """The rules file with the GpuFatalXid matcher made from the catalogue."""
+    matcher = 'xid!~"' + "|".join(str(x) for x in not_fatal_xids()) + '"'
+    if len(XID_MATCHER.findall(text)) != 1:
+        raise ValueError(f"{RULES.name}: want exactly one {XID_MATCHER.pattern} matcher")
+    return XID_MATCHER.sub(matcher, text)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="compare with the committed files, write nothing")
     ap.add_argument("--out", type=Path, default=OUT, help=f"directory (default {OUT})")
+    ap.add_argument(
+        "--rules", type=Path, help=f"the alert rules file (default {RULES}, unless --out names another directory)"
+    )
     args = ap.parse_args(argv)
+    rules = args.rules or (RULES if args.out == OUT else None)
     stale = []
+    if rules is not None:
+        text = render_rules(rules.read_text())
+        if args.check and rules.read_text() != text:
+            stale.append(rules.name)
+        elif not args.check:
+            rules.write_text(text)
     for name, builder in DASHBOARDS.items():
         text = render(builder)
         path = args.out / name
@@ -337,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
     if stale:
-        print(f"dashboards differ from the generator: {', '.join(stale)} (run python dashboards/generate.py)",
+        print(f"files differ from the generator: {', '.join(stale)} (run python dashboards/generate.py)",
               file=sys.stderr)
         return 1
     return 0
