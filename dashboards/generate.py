@@ -350,7 +350,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="compare with the committed files, write nothing")
     ap.add_argument("--out", type=Path, default=OUT, help=f"directory (default {OUT})")
     ap.add_argument(
-        "--rules", type=Path, help=f"the alert rules file (default {RULES}, unless --out names another directory)"
+        "--rules",
+        type=Path,
+        help=f"the alert rules file (default {RULES}, unless --out names another directory)",
     )
     args = ap.parse_args(argv)
     rules = args.rules or (RULES if args.out == OUT else None)
