@@ -33,7 +33,7 @@ def pinned_dcgm() -> str:
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
     tmp = tmp_path_factory.mktemp("dcgm")
-    return {v: render(tmp, v) for v in (pinned_dcgm(), "4.5.3")}
+    return {v: render(tmp, v) for v in (pinned_dcgm(), "4.5.3", "4.6.0")}
 
 
 def test_what_health_reads_is_exported_by_the_pinned_dcgm(rendered: dict[str, dict[str, str]]) -> None:
@@ -62,3 +62,11 @@ def test_a_newer_dcgm_gets_the_recovery_action_and_the_new_name(rendered: dict[s
     assert fields["DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION"] == "gauge"
     assert "DCGM_FI_DEV_CLOCKS_EVENT_REASONS" in fields and "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS" not in fields
     assert "DCGM_EXP_XID_ERRORS_COUNT" in fields
+
+
+def test_field_1523_under_each_releases_name(rendered: dict[str, dict[str, str]]) -> None:
+    # DCGM 4.6 renamed field 1523 DCGM_FI_DEV_GPU_RECOVERY_ACTION (dcgm_fields.h; go-dcgm keeps the
+    # old name only in its legacy table): each release gets its own name, once
+    assert "DCGM_FI_DEV_GPU_RECOVERY_ACTION" not in rendered["4.5.3"]
+    assert rendered["4.6.0"]["DCGM_FI_DEV_GPU_RECOVERY_ACTION"] == "gauge"
+    assert "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION" not in rendered["4.6.0"]
