@@ -40,6 +40,7 @@ from opsctl.hwsim.metrics import (
     dcgm_families,
     load_collectors,
     node_families,
+    read_job_mapping,
     render_text,
 )
 from opsctl.hwsim.state import NodeHardware, load, make_node, save, state_path
@@ -70,15 +71,23 @@ class DcgmConfig:
     xid_window_ms: int = XID_WINDOW_MS
     release: str | None = None
     flags: ExporterFlags = NO_FLAGS
+    job_mapping_dir: Path | None = None  # --hpc-job-mapping-dir: one subdirectory per node
 
     def hostname(self, node: str) -> str:
         return node if self.release is None else hostname_label(self.release, self.flags, node)
+
+    def jobs(self, node: str) -> dict[int, list[str]]:
+        return {} if self.job_mapping_dir is None else read_job_mapping(self.job_mapping_dir / node)
 
 
 def render_kind(kind: str, state: NodeHardware, dcgm: DcgmConfig) -> list[Family]:
     if kind == "dcgm":
         return dcgm_families(
-            state, dcgm.counters, xid_window_ms=dcgm.xid_window_ms, hostname=dcgm.hostname(state.node)
+            state,
+            dcgm.counters,
+            xid_window_ms=dcgm.xid_window_ms,
+            hostname=dcgm.hostname(state.node),
+            jobs=dcgm.jobs(state.node),
         )
     return node_families(state)
 
@@ -207,6 +216,7 @@ class MultiExporter:
         serve: Sequence[str] = KINDS,
         release: str | None = None,
         flags: ExporterFlags = NO_FLAGS,
+        job_mapping_dir: Path | None = None,
     ) -> None:
         """Endpoints per node, reading ``state_dir/NODE.json`` (or ``state_file`` for a single node).
 
@@ -219,7 +229,7 @@ class MultiExporter:
         unknown = set(serve) - set(KINDS)
         if unknown or not serve:
             raise ValueError(f"serve: want some of {', '.join(KINDS)}, not {', '.join(serve)}")
-        dcgm = DcgmConfig(tuple(counters), xid_window_ms, release, flags)
+        dcgm = DcgmConfig(tuple(counters), xid_window_ms, release, flags, job_mapping_dir)
         self.endpoints: list[NodeEndpoint] = []
         for spec in nodes:
             path = state_file or state_path(state_dir, spec.name)
@@ -306,6 +316,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("-k", "--kubernetes", action="store_true", help="as dcgm-exporter's flag")
     ap.add_argument(
+        "-p",
+        "--hpc-job-mapping-dir",
+        type=Path,
+        help="as dcgm-exporter's flag, one subdirectory per simulated node (DIR/NODE/<gpu index>)",
+    )
+    ap.add_argument(
         "--release",
         help="the dcgm-exporter release to name the node as (e.g. 4.4.1-4.6.0); default: the node's name",
     )
@@ -338,6 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         serve=serve,
         release=args.release,
         flags=ExporterFlags(args.remote_hostengine_info, args.kubernetes),
+        job_mapping_dir=args.hpc_job_mapping_dir,
     )
     try:
         exporter.start()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import decimal
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -192,10 +192,13 @@ def dcgm_families(
     now: float | None = None,
     xid_window_ms: int = XID_WINDOW_MS,
     hostname: str | None = None,
+    jobs: Mapping[int, Sequence[str]] | None = None,
 ) -> list[Family]:
     """dcgm-exporter's families for the fields of its counters file, in file order, with the file's
     type and help; the XID collector's family last. A missing GPU has no series at all, as when
-    NVML loses it."""
+    NVML loses it. ``jobs``: the Slurm jobs on each GPU (``--hpc-job-mapping-dir``, read_job_mapping):
+    the field series of such a GPU come once per job, labelled ``hpc_job``, as the exporter's HPC
+    mapper copies them (pkg/dcgmexporter/hpc.go; its XID collector is not mapped)."""
     now = time.time() if now is None else now
     gpus = state.present_gpus
     label_fields = [c.field for c in counters if c.type == "label"]
@@ -207,7 +210,11 @@ def dcgm_families(
         fam = Family(c.field, c.type, c.help)
         for g in gpus:
             labels = _gpu_labels(state, g, label_fields, hostname)
-            fam.samples.append(Sample(labels, float(getter(g)), as_float))
+            on_gpu = (jobs or {}).get(g.index)
+            # an empty file drops the GPU's series, as the exporter's mapper does (the role's
+            # epilog removes the file with its last job)
+            copies = [labels | {"hpc_job": job} for job in on_gpu] if on_gpu is not None else [labels]
+            fam.samples.extend(Sample(copy, float(getter(g)), as_float) for copy in copies)
         families.append(fam)
     if any(c.field == XID_COUNT for c in counters):
         families.append(
@@ -216,6 +223,18 @@ def dcgm_families(
             )
         )
     return families
+
+
+def read_job_mapping(directory: Path) -> dict[int, list[str]]:
+    """dcgm-exporter's HPC job mapping: one file per GPU, named by its index, a job id per line;
+    other names, directories and a missing directory are ignored, as the exporter ignores them."""
+    out: dict[int, list[str]] = {}
+    if not directory.is_dir():
+        return out
+    for path in sorted(directory.iterdir()):
+        if path.is_file() and path.name.isdigit():
+            out[int(path.name)] = path.read_text().splitlines()  # every line, as its scanner reads
+    return out
 
 
 def xid_count_family(

@@ -39,11 +39,13 @@ def _emulated(name: str, labels: dict[str, str]) -> dict[str, str] | None:
     """The labels the emulator serves for this family on this node (and GPU, or port)."""
     node = make_node(labels["instance"])
     if name.startswith("DCGM_"):
-        fams = {f.name: f for f in dcgm_families(node, load_collectors(SHIPPED))}
+        # a series of a GPU with Slurm jobs comes once per job (the role's --hpc-job-mapping-dir)
+        jobs = {int(labels["gpu"]): [labels["hpc_job"]]} if "hpc_job" in labels else None
+        fams = {f.name: f for f in dcgm_families(node, load_collectors(SHIPPED), jobs=jobs)}
         if name not in fams:
             return None  # not a field of the shipped counters file
         for s in fams[name].samples:
-            if s.labels["gpu"] == labels.get("gpu"):
+            if s.labels["gpu"] == labels.get("gpu") and s.labels.get("hpc_job") == labels.get("hpc_job"):
                 return s.labels | ({"xid": labels["xid"]} if name == XID_COUNT and "xid" in labels else {})
         return None
     for fam in node_families(node):
