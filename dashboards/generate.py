@@ -42,6 +42,14 @@ def reasons(selector: str) -> str:
     return f"(DCGM_FI_DEV_CLOCK_THROTTLE_REASONS{sel} or DCGM_FI_DEV_CLOCKS_EVENT_REASONS{sel})"
 
 
+def gpus(metric: str, *, rate: bool = False) -> str:
+    """One series per GPU of the selected nodes: dcgm-exporter's HPC job mapping repeats a GPU's
+    series once per Slurm job on it (label hpc_job), which a plain sum or count would add up."""
+    series = f"{metric}{{{GPU}}}"
+    inner = f"rate({series}[$__rate_interval])" if rate else series
+    return f"max by (Hostname, gpu) ({inner})"
+
+
 Builder = Any  # a panel builder of the SDK
 
 
@@ -126,7 +134,7 @@ def cluster() -> d.Dashboard:
         big(
             "GPUs reporting",
             "GPUs with a dcgm-exporter series; 8 per node when every GPU is on the bus.",
-            q(f"count(DCGM_FI_DEV_GPU_TEMP{{{GPU}}})", instant=True),
+            q(f"count({gpus('DCGM_FI_DEV_GPU_TEMP')})", instant=True),
         ),
         big(
             "Exporter targets down",
@@ -147,15 +155,15 @@ def cluster() -> d.Dashboard:
     dash = dash.with_row(d.Row("GPUs"))
     for panel in (
         ts("GPU utilisation", "Mean busy share of the node's GPUs.", "percent",
-           q(f"avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL{{{GPU}}})", "{{Hostname}}")),
+           q(f"avg by (Hostname) ({gpus('DCGM_FI_DEV_GPU_UTIL')})", "{{Hostname}}")),
         ts("GPU temperature", "Hottest GPU die and HBM of each node.", "celsius",
            q(f"max by (Hostname) (DCGM_FI_DEV_GPU_TEMP{{{GPU}}})", "{{Hostname}} die"),
            q(f"max by (Hostname) (DCGM_FI_DEV_MEMORY_TEMP{{{GPU}}})", "{{Hostname}} HBM", ref="B")),
         ts("GPU power", "Board power of each node's GPUs together.", "watt",
-           q(f"sum by (Hostname) (DCGM_FI_DEV_POWER_USAGE{{{GPU}}})", "{{Hostname}}")),
+           q(f"sum by (Hostname) ({gpus('DCGM_FI_DEV_POWER_USAGE')})", "{{Hostname}}")),
         ts("Throttled GPUs", "GPUs whose clocks a thermal or power event slows (reasons 0x20 and up; "
            "0x1 idle and application clocks do not count).", "none",
-           q(f"count by (Hostname) ({reasons(GPU)} >= 32)", "{{Hostname}}")),
+           q(f"count by (Hostname) (max by (Hostname, gpu) ({reasons(GPU)}) >= 32)", "{{Hostname}}")),
     ):  # fmt: skip
         dash = dash.with_panel(panel)
     dash = dash.with_row(d.Row("Errors"))
@@ -166,22 +174,21 @@ def cluster() -> d.Dashboard:
         tab("Last XID per GPU", "DCGM_FI_DEV_XID_ERRORS: the last XID since the GPU's last reset; it "
             "stays until then.", q(f"DCGM_FI_DEV_XID_ERRORS{{{GPU}}} > 0", instant=True)),
         ts("Double-bit ECC errors", "Uncorrectable ECC errors since the driver loaded.", "none",
-           q(f"sum by (Hostname) (DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{{GPU}}})", "{{Hostname}} DBE"),
-           q(f"sum by (Hostname) (rate(DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{{{GPU}}}[$__rate_interval]))",
+           q(f"sum by (Hostname) ({gpus('DCGM_FI_DEV_ECC_DBE_VOL_TOTAL')})", "{{Hostname}} DBE"),
+           q(f"sum by (Hostname) ({gpus('DCGM_FI_DEV_ECC_SBE_VOL_TOTAL', rate=True)})",
              "{{Hostname}} SBE/s", ref="B")),
         ts("Row remapping", "Rows remapped after uncorrectable errors; pending: waiting for a GPU reset; "
            "failure: no spare row left.", "none",
-           q(f"sum by (Hostname) (DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS{{{GPU}}})",
+           q(f"sum by (Hostname) ({gpus('DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS')})",
              "{{Hostname}} remapped"),
-           q(f"sum by (Hostname) (DCGM_FI_DEV_ROW_REMAP_PENDING{{{GPU}}})", "{{Hostname}} pending", ref="B"),
-           q(f"sum by (Hostname) (DCGM_FI_DEV_ROW_REMAP_FAILURE{{{GPU}}})", "{{Hostname}} failed", ref="C")),
+           q(f"sum by (Hostname) ({gpus('DCGM_FI_DEV_ROW_REMAP_PENDING')})", "{{Hostname}} pending", ref="B"),
+           q(f"sum by (Hostname) ({gpus('DCGM_FI_DEV_ROW_REMAP_FAILURE')})", "{{Hostname}} failed", ref="C")),
         ts("PCIe link", "Lowest PCIe generation and width of each node's GPUs (H200: Gen 5 x16).", "none",
            q(f"min by (Hostname) (DCGM_FI_DEV_PCIE_LINK_GEN{{{GPU}}})", "{{Hostname}} gen"),
            q(f"min by (Hostname) (DCGM_FI_DEV_PCIE_LINK_WIDTH{{{GPU}}})", "{{Hostname}} width", ref="B")),
         ts("NVLink CRC errors /s", "Flit and data CRC errors over all links.", "cps",
-           q(f"sum by (Hostname) (rate(DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL{{{GPU}}}"
-             f"[$__rate_interval]) + rate(DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL{{{GPU}}}"
-             "[$__rate_interval]))",
+           q(f"sum by (Hostname) ({gpus('DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL', rate=True)}"
+             f" + {gpus('DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL', rate=True)})",
              "{{Hostname}}")),
     ):  # fmt: skip
         dash = dash.with_panel(panel)
