@@ -50,7 +50,7 @@ def incidents_from_outputs(node: str, out: dict[str, CommandResult], now: float)
             d = parse_dcgmi_diag(diag.stdout)
         except DcgmiFormatError as exc:
             return Evidence(node, "dcgm", now, reachable=False, error=f"dcgmi diag: {exc}"[:200])
-        if not d.failed() and (why := d.not_completed()):
+        if why := d.not_completed():
             return Evidence(node, "dcgm", now, reachable=False, error=f"dcgmi diag {why}"[:200])
         for r in d.results + d.summary_failures:
             if r.status.lower() in ("fail", "warn"):

@@ -60,8 +60,9 @@ class DiagReport:
         return [r for r in self.results if r.status.lower() == "fail"] + self.summary_failures
 
     def not_completed(self) -> str:
-        """Why this document is no evidence of health ("" when it is): the diagnostic could not
-        run, or ran no test. Either way it must never read as passed."""
+        """Why this document is no evidence either way ("" when it is): the diagnostic could not
+        run, or ran no test. It must never read as passed. (A document with a failure is
+        evidence: the two never come together, a runtime_error document has no results.)"""
         if self.runtime_error:
             return f"could not run: {self.runtime_error}"
         if not self.results and not self.summary_failures:

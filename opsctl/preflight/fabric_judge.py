@@ -347,7 +347,7 @@ def judge_dcgm(node: str, level: int, rc: int | None, text: str, not_run: str = 
             node, code, Status.UNKNOWN, f"dcgmi diag -r {level}: {exc}"[:200], rc=rc, short="diag unreadable"
         )
     failed = report.failed()
-    if not failed and (why := report.not_completed()):
+    if why := report.not_completed():
         return v(node, code, Status.UNKNOWN, f"dcgmi diag -r {level} {why}"[:300], rc=rc, short=why[:60])
     if failed:
         listed = "; ".join(
