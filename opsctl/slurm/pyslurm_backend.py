@@ -15,7 +15,7 @@ from opsctl.errors import Unreachable, UsageError
 from opsctl.model import Job, Node, SubmitOptions
 from opsctl.nodeset import expand, fold
 from opsctl.slurm.base import SlurmBackend, SlurmError, attach_jobs, select_nodes
-from opsctl.slurm.states import gpu_summary, gpus_per_node, normalize_state
+from opsctl.slurm.states import gpu_summary, gpus_counted_once, gpus_per_node, normalize_state, parse_gres
 
 
 def import_pyslurm(slurm_conf: str | None = None) -> Any:
@@ -70,7 +70,8 @@ class PyslurmBackend(SlurmBackend):
     def _node(self, node: Any) -> Node:
         base, flags = normalize_state(str(node.state or "UNKNOWN"))
         gpus_total, gpu_type = gpu_summary(_gres_text(node.configured_gres))
-        gpus_alloc, _ = gpu_summary(_gres_text(node.allocated_gres))
+        # pyslurm 23.11+ reads allocated_gres from AllocTRES: {"gpu": 8, "gpu:h200": 8} is 8 GPUs
+        gpus_alloc = gpus_counted_once(parse_gres(_gres_text(node.allocated_gres)))
         return Node(
             name=str(node.name),
             state=base,

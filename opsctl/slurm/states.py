@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 BASE_STATES = {"idle", "allocated", "mixed", "down", "error", "future", "unknown"}
@@ -141,21 +142,32 @@ def gpu_summary(gres: str | None) -> tuple[int, str]:
     return sum(g.count for g in gpus), next((g.type for g in gpus if g.type), "")
 
 
+def gpus_counted_once(gres: Iterable[Gres]) -> int:
+    """GPUs among GRES counts that may list the untyped total beside each typed count (a node's
+    AllocTRES `gres/gpu=8,gres/gpu:h200=8`, pyslurm's `allocated_gres` {"gpu": 8, "gpu:h200": 8}):
+    the typed counts add up only when no untyped total is present, so no GPU is counted twice."""
+    total, typed = None, 0
+    for item in gres:
+        if item.name != "gpu":
+            continue
+        if item.type:
+            typed += item.count
+        else:
+            total = (total or 0) + item.count
+    return total if total is not None else typed
+
+
 def gpus_in_tres(tres: str | None) -> int:
-    """GPUs in a TRES string such as `cpu=1,gres/gpu=4` or `gres/gpu:h200=4` (typed entries only
-    when no untyped total is present, to avoid double counting)."""
+    """GPUs in a TRES string such as `cpu=1,gres/gpu=4` or `gres/gpu:h200=4` (`gpus_counted_once`)."""
     if not tres:
         return 0
-    total, typed = None, 0
+    gres = []
     for item in tres.split(","):
         key, _, value = item.partition("=")
-        if not value.isdigit():
-            continue
-        if key == "gres/gpu":
-            total = int(value)
-        elif key.startswith("gres/gpu:"):
-            typed += int(value)
-    return total if total is not None else typed
+        if key.startswith("gres/") and value.isdigit():
+            name, _, gtype = key[len("gres/"):].partition(":")
+            gres.append(Gres(name=name, type=gtype, count=int(value)))
+    return gpus_counted_once(gres)
 
 
 _GPU_IN_TRES_PER_NODE = re.compile(r"(?:^|[,/:])gpu(?::[A-Za-z0-9_.-]+)?[:=](\d+)")
