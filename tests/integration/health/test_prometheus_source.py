@@ -3,6 +3,8 @@ series as the real ones serve them) scraped every 5 s by a real Prometheus, a re
 the node list. The emulated dcgm-exporter runs with a 10 s XID count window (its
 --xid-count-window-size), so "an XID older than the exporter's window" takes seconds, not 5 minutes,
 and with the dcgm role's counters file for DCGM 4.5 (the first release with the recovery action).
+Every node's HCAs are those of the genuine H100 sample: eight NDR InfiniBand ports beside four
+Ethernet ports (three of them down), with the InfiniBand ones as the inventory's fabric HCAs.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from typing import Any
 import pytest
 from promlab import free_port, wait_until
 
-from opsctl.checks import judge, load_thresholds
+from opsctl.checks import judge
+from opsctl.checks.settings import HealthSection
+from opsctl.config import load_config
 from opsctl.errors import Unreachable
 from opsctl.evidence.model import Evidence
 from opsctl.evidence.prometheus import PrometheusSource
@@ -34,7 +38,9 @@ pytestmark = pytest.mark.integration  # about 90 s on 2 cores
 NEEDED = ("munged", "slurmctld", "slurmd", "sinfo", "prometheus")
 XID_WINDOW_MS = 10_000
 DCGM_WITH_RECOVERY_ACTION = "4.5.3"
-ADDON = "monitoring-xid10s-dcgm45"
+ADDON = "monitoring-xid10s-dcgm45-h100"
+LAYOUT = "h100-ndr8-eth4"
+FABRIC = ["mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11"]
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +51,7 @@ def sim() -> Iterator[SimCluster]:
     register_addon(
         ADDON,
         lambda: monitoring.MonitoringAddon(
-            xid_window_ms=XID_WINDOW_MS, dcgm_version=DCGM_WITH_RECOVERY_ACTION
+            xid_window_ms=XID_WINDOW_MS, dcgm_version=DCGM_WITH_RECOVERY_ACTION, hca_layout=LAYOUT
         ),
     )
     # a short path: munge's socket lives inside and unix socket paths are limited to 107 bytes
@@ -77,7 +83,8 @@ def evidence(sim: SimCluster, node: str, **kw: Any) -> Evidence:
 
 
 def problems(sim: SimCluster, **kw: Any) -> dict[str, tuple[str, list[str]]]:
-    reports = judge(source(sim, **kw).collect(sim.node_names, time.time()), load_thresholds(), time.time())
+    th = HealthSection(ib_devices=FABRIC).load_thresholds()  # what the sim's opsctl.toml says
+    reports = judge(source(sim, **kw).collect(sim.node_names, time.time()), th, time.time())
     return {
         r.node: (r.status.value, sorted(f"{v.code}:{v.status.value}" for v in r.problems)) for r in reports
     }
@@ -240,6 +247,30 @@ def test_coverage_through_the_real_binary(healed: SimCluster, run_opsctl: Any) -
         assert bad.returncode == 2 and bad.stderr.startswith("opsctl: error:")
     finally:
         sim.set_config("health", required_checks=["gpu-count", "gpu-xid", "gpu-ecc-dbe", "gpu-row-remap"])
+
+
+def test_ethernet_ports_beside_the_fabric_fail_nothing_and_a_fabric_port_down_fails_its_node(
+    healed: SimCluster,
+) -> None:
+    sim = healed
+    # node_exporter serves the Ethernet ports as InfiniBand-class series with no link layer ...
+    down = instant(sim, "node_infiniband_state_id != 4")
+    assert {(s["metric"]["instance"], s["metric"]["device"]) for s in down} == {
+        (n, d) for n in sim.node_names for d in ("mlx5_2", "mlx5_7", "mlx5_8")
+    }
+    # ... and the prometheus role's relabelling marks the inventory's fabric HCAs, which the rules watch
+    fabric = instant(sim, 'node_infiniband_state_id{fabric="infiniband"}')
+    assert sorted(s["metric"]["device"] for s in fabric) == sorted(FABRIC * len(sim.node_names))
+    rule = 'node_infiniband_state_id{fabric="infiniband"} != 4'  # InfinibandPortNotActive
+    assert instant(sim, rule) == []
+    # the sim's opsctl.toml names them as the opsctl_remediation role renders them
+    assert load_config(sim.config_path).section("health", HealthSection).ib_devices == FABRIC
+    node = sim.node_names[1]
+    monitoring.inject(sim, node, "ib_down=mlx5_9")
+    want = {n: ("OK", []) for n in sim.node_names}
+    want[node] = ("FAIL", ["ib-errors:FAIL", "ib-port:FAIL"])
+    wait_until(lambda: problems(sim) == want, timeout=30, interval=1)
+    assert [(s["metric"]["instance"], s["metric"]["device"]) for s in instant(sim, rule)] == [(node, "mlx5_9")]
 
 
 def test_unknown_node_is_unknown_and_unreachable_prometheus_raises(sim: SimCluster) -> None:

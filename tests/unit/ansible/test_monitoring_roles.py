@@ -174,3 +174,56 @@ def test_the_unit_passes_systemd_analyze_verify(rendered, tmp_path):
     assert str(unit) not in proc.stderr, proc.stderr  # no unknown key, no bad value
     assert f"ExecStart={opsctl} --config /etc/opsctl/opsctl.toml remediator run\n" in unit.read_text()
     assert "Restart=on-failure\n" in text and "ReadWritePaths=/var/lib/opsctl /var/log/opsctl\n" in text
+
+
+PRODUCTION_FABRIC = [f"mlx5_{i}" for i in range(8)]
+
+
+def _relabel(rules: list[dict], labels: dict[str, str]) -> dict[str, str]:
+    """Prometheus's `replace` relabelling (the default action): the source labels joined by ';'
+    against the fully anchored regex, the replacement with its groups expanded."""
+    import re
+
+    out = dict(labels)
+    for r in rules:
+        assert r.get("action", "replace") == "replace", r
+        joined = r.get("separator", ";").join(out.get(s, "") for s in r["source_labels"])
+        m = re.fullmatch(r.get("regex", "(.*)"), joined)
+        if m:
+            value = m.expand(r.get("replacement", "$1").replace("$", "\\"))
+            if value:
+                out[r["target_label"]] = value
+            else:
+                out.pop(r["target_label"], None)
+    return out
+
+
+def _fabric(job: dict, device: str, name: str = "node_infiniband_state_id") -> str | None:
+    rules = job.get("metric_relabel_configs") or []
+    return _relabel(rules, {"__name__": name, "device": device, "port": "1"}).get("fabric")
+
+
+def test_the_inventorys_fabric_hcas_reach_the_checks_and_the_rules(rendered):
+    """The fabric HCAs of group_vars/all (ib_fabric_hcas, also the GPU nodes' hw_expected) are the
+    ports opsctl judges ([health] ib_devices) and the ports the alert rules watch (Prometheus labels
+    their node_infiniband_* series fabric="infiniband"); Ethernet ports of the same cards are not."""
+    cfg = parse_config((rendered / "opsctl.toml").read_text(), rendered / "opsctl.toml")
+    assert cfg.section("health", HealthSection).ib_devices == PRODUCTION_FABRIC
+    doc = yaml.safe_load((rendered / "prometheus.yml").read_text())
+    node = next(j for j in doc["scrape_configs"] if j["job_name"] == "node")
+    assert [_fabric(node, d) for d in ("mlx5_0", "mlx5_7", "mlx5_8", "mlx5_10")] == [
+        "infiniband", "infiniband", None, None,
+    ]  # fmt: skip
+    assert _fabric(node, "mlx5_0", "node_filesystem_avail_bytes") is None  # only the IB families
+
+
+def test_a_site_with_ethernet_ports_beside_its_fabric_lists_only_the_fabric(tmp_path):
+    h100 = ["mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11"]
+    out = render(tmp_path / "out", tmp_path, "-e", json.dumps({"ib_fabric_hcas": h100}))
+    cfg = parse_config((out / "opsctl.toml").read_text(), out / "opsctl.toml")
+    assert cfg.section("health", HealthSection).ib_devices == h100
+    doc = yaml.safe_load((out / "prometheus.yml").read_text())
+    node = next(j for j in doc["scrape_configs"] if j["job_name"] == "node")
+    labelled = {f"mlx5_{i}" for i in range(12) if _fabric(node, f"mlx5_{i}") == "infiniband"}
+    assert labelled == set(h100)
+    assert _fabric(node, "mlx5_1") is None and _fabric(node, "mlx5_100") is None

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from opsctl.checks import judge, load_thresholds
+from opsctl.checks.settings import HealthSection
 from opsctl.evidence.prometheus import (
     COUNTERS,
     NONZERO_GAUGES,
@@ -330,3 +331,29 @@ def test_transmit_discards_are_read_under_node_exporters_name() -> None:
     assert port.counter_deltas and port.counter_deltas["port_xmit_discards"] == 1500
     others = evs["gpu-001"].ib_ports
     assert all(p.counter_deltas and p.counter_deltas["port_xmit_discards"] == 0 for p in others)
+
+
+# The fabric HCAs of a node built from the genuine H100 sample (the inventory's ib_fabric_hcas).
+H100_FABRIC = ["mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11"]
+
+
+def _h100_ib_port(*faults: str, devices: list[str] | None = H100_FABRIC) -> list[tuple[str, str]]:
+    node = make_node("gpu-002", now=NOW, hca_layout="h100-ndr8-eth4")
+    for spec in faults:
+        apply_fault(node, spec)
+    (ev,) = build_evidence(["gpu-002"], results([node]), NOW, 30.0, 600)
+    th = HealthSection(ib_devices=devices).load_thresholds()
+    return sorted((v.status.value, v.summary) for v in judge([ev], th, NOW)[0].verdicts if v.code == "ib-port")
+
+
+def test_a_node_with_ethernet_ports_beside_its_fabric_reads_ok_when_the_fabric_is_healthy() -> None:
+    # node_exporter serves the Ethernet ports (one up at 100 Gb/s, three down) as node_infiniband_*
+    # with no link layer; the inventory's fabric HCAs decide which ports are judged.
+    assert _h100_ib_port() == [("OK", "8 ports active at 400 Gb/s")]
+
+
+def test_a_fabric_port_down_beside_ethernet_ports_fails_and_names_only_it() -> None:
+    got = _h100_ib_port("ib_down=mlx5_9")
+    assert [s for s, _ in got] == ["FAIL"] and got[0][1].startswith("mlx5_9/1: state DOWN")
+    # an Ethernet port going down is not the fabric's business
+    assert _h100_ib_port("ib_down=mlx5_1") == [("OK", "8 ports active at 400 Gb/s")]
