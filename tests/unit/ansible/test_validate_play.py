@@ -46,6 +46,20 @@ def test_unpinned_versions_are_refused(tmp_path):
     assert "versions must be pinned to a release: dcgm_version=latest, slurm_version=22.*" in out
 
 
+def test_gpu_nodes_expecting_other_hcas_than_the_sites_fabric_are_refused(tmp_path):
+    # ib_fabric_hcas decides what the checks and the alert rules judge; hw_expected what a node must
+    # have. A fabric list that drifted from it would leave a node's HCAs unwatched.
+    proc = run_ansible(
+        "ansible-playbook",
+        ["playbooks/validate.yml", "-e", '{"ib_fabric_hcas": ["mlx5_0", "mlx5_3"]}', *NOWHERE],
+        tmp_path,
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "hw_expected.ib_hcas differs from ib_fabric_hcas (mlx5_0, mlx5_3) on 64 GPU nodes: gpu-001, gpu-002" in out
+
+
 def test_a_gpu_node_in_two_partitions_is_refused(tmp_path):
     inv = tmp_path / "inventory"
     shutil.copytree(REPO / "inventory" / "production", inv)
