@@ -33,6 +33,8 @@ DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
 NODE = '$node'
 GPU = f'Hostname=~"{NODE}"'  # dcgm-exporter's node label
 HOST = f'instance=~"{NODE}"'  # node_exporter's (the prometheus role sets instance to the node name)
+# the fabric's InfiniBand ports, not the Ethernet ports node_exporter also exports as node_infiniband_*
+FABRIC = f'{HOST},fabric="infiniband"'
 RUN = 'run=~"$run"'
 
 
@@ -199,42 +201,43 @@ def infiniband() -> d.Dashboard:
     dash = _base(
         "opsctl-infiniband",
         "opsctl / InfiniBand",
-        "Ports, rates, traffic and errors of every HCA, from node_exporter's infiniband collector.",
+        "Ports, rates, traffic and errors of the compute fabric's HCAs (the inventory's ib_fabric_hcas,"
+        " labelled fabric=\"infiniband\" by Prometheus), from node_exporter's infiniband collector.",
         ["infiniband"],
     ).with_variable(_label_var("node", "Node", "node_infiniband_state_id", "instance"))
     for panel in (
         big("Ports not ACTIVE", "Ports whose state is not 4 (ACTIVE): a dead cable, switch port or HCA.",
-            q(f"count(node_infiniband_state_id{{{HOST}}} != 4) or vector(0)", instant=True)),
+            q(f"count(node_infiniband_state_id{{{FABRIC}}} != 4) or vector(0)", instant=True)),
         big("Ports below NDR", "Ports that trained below 400 Gb/s.",
-            q(f"count(node_infiniband_rate_bytes_per_second{{{HOST}}} < 5e10) or vector(0)", instant=True)),
-        big("Ports", "InfiniBand ports node_exporter reports.",
-            q(f"count(node_infiniband_state_id{{{HOST}}})", instant=True)),
+            q(f"count(node_infiniband_rate_bytes_per_second{{{FABRIC}}} < 5e10) or vector(0)", instant=True)),
+        big("Ports", "Fabric ports node_exporter reports.",
+            q(f"count(node_infiniband_state_id{{{FABRIC}}})", instant=True)),
         big("Link downs (1h)", "Times a link went down in the last hour, all ports.",
-            q(f"sum(increase(node_infiniband_link_downed_total{{{HOST}}}[1h]))", instant=True)),
+            q(f"sum(increase(node_infiniband_link_downed_total{{{FABRIC}}}[1h]))", instant=True)),
         tab("Ports not ACTIVE, by node", "Which ports: state 1 Down, 2 Init, 3 Armed.",
-            q(f"node_infiniband_state_id{{{HOST}}} != 4", instant=True), w=24, h=6),
+            q(f"node_infiniband_state_id{{{FABRIC}}} != 4", instant=True), w=24, h=6),
         ts("Transmit /s per node", "Data sent over all of a node's ports.", "Bps",
-           q(f"sum by (instance) (rate(node_infiniband_port_data_transmitted_bytes_total{{{HOST}}}"
+           q(f"sum by (instance) (rate(node_infiniband_port_data_transmitted_bytes_total{{{FABRIC}}}"
              "[$__rate_interval]))", "{{instance}}")),
         ts("Receive /s per node", "Data received over all of a node's ports.", "Bps",
-           q(f"sum by (instance) (rate(node_infiniband_port_data_received_bytes_total{{{HOST}}}"
+           q(f"sum by (instance) (rate(node_infiniband_port_data_received_bytes_total{{{FABRIC}}}"
              "[$__rate_interval]))", "{{instance}}")),
         ts("Port rate", "Signalling rate each port trained at.", "bps",
-           q(f"node_infiniband_rate_bytes_per_second{{{HOST}}} * 8", "{{instance}} {{device}}")),
+           q(f"node_infiniband_rate_bytes_per_second{{{FABRIC}}} * 8", "{{instance}} {{device}}")),
         ts("Symbol and receive errors /s", "Physical-layer symbol errors and bad received packets.", "cps",
-           q(f"sum by (instance, device) (rate(node_infiniband_symbol_error_total{{{HOST}}}"
+           q(f"sum by (instance, device) (rate(node_infiniband_symbol_error_total{{{FABRIC}}}"
              "[$__rate_interval]))",
              "{{instance}} {{device}} symbol"),
-           q(f"sum by (instance, device) (rate(node_infiniband_port_errors_received_total{{{HOST}}}"
+           q(f"sum by (instance, device) (rate(node_infiniband_port_errors_received_total{{{FABRIC}}}"
              "[$__rate_interval]))", "{{instance}} {{device}} rcv", ref="B")),
         ts("Transmit wait", "Share of time ports had data but no credit to send it: congestion.",
            "percentunit",
-           q(f"sum by (instance) (rate(node_infiniband_port_transmit_wait_total{{{HOST}}}[$__rate_interval]))"
+           q(f"sum by (instance) (rate(node_infiniband_port_transmit_wait_total{{{FABRIC}}}[$__rate_interval]))"
              " / 1e9", "{{instance}}")),
         ts("Link recoveries and downs", "Link error recoveries and downs per hour.", "none",
-           q(f"sum by (instance, device) (increase(node_infiniband_link_error_recovery_total{{{HOST}}}[1h]))",
+           q(f"sum by (instance, device) (increase(node_infiniband_link_error_recovery_total{{{FABRIC}}}[1h]))",
              "{{instance}} {{device}} recovered"),
-           q(f"sum by (instance, device) (increase(node_infiniband_link_downed_total{{{HOST}}}[1h]))",
+           q(f"sum by (instance, device) (increase(node_infiniband_link_downed_total{{{FABRIC}}}[1h]))",
              "{{instance}} {{device}} down", ref="B")),
     ):  # fmt: skip
         dash = dash.with_panel(panel)

@@ -3,6 +3,7 @@ policy from it. Loaded through ``opsctl.config`` (registered as a section there)
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ SOURCES = ("prometheus", "ssh", "dcgm", "prometheus+ssh")
 # Checks remediation needs evidence for (see opsctl.checks.coverage): without them it refuses to act.
 REQUIRED_CHECKS = ("gpu-count", "gpu-xid", "gpu-ecc-dbe", "gpu-row-remap")
 CHECK_CODES = frozenset(c.code for c in CATALOGUE)
+_RDMA_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # a name under /sys/class/infiniband (mlx5_0, ibp3s0)
 
 
 @dataclass
@@ -25,6 +27,10 @@ class HealthSection:
     required_checks: list[str] = field(default_factory=lambda: list(REQUIRED_CHECKS))
     thresholds: str | None = field(default=None, metadata={"path": True})  # site overrides (TOML)
     expected_gpus: int | None = None  # shortcut for thresholds gpu.expected_per_node
+    # shortcut for thresholds ib.devices: the compute fabric's HCAs (the opsctl_remediation role
+    # renders the inventory's ib_fabric_hcas); other RDMA devices, Ethernet ports of the same
+    # cards included, are not judged. None: the thresholds' list
+    ib_devices: list[str] | None = None
     nodes: str | None = None  # default node set when Slurm cannot list nodes
     stale_after: float = 30.0  # seconds: older exporter samples are UNKNOWN
     window_seconds: int = 600  # counter increase window (Prometheus)
@@ -80,10 +86,20 @@ class HealthSection:
         self._validate_lustre()
         if self.expected_gpus is not None and self.expected_gpus < 0:
             raise ValueError("expected_gpus: must be >= 0")
+        self._validate_ib_devices()
         try:
             self.policy().validate()
         except ConfigError as exc:
             raise ValueError(str(exc).removeprefix("health: ")) from None
+
+    def _validate_ib_devices(self) -> None:
+        seen: set[str] = set()
+        for name in self.ib_devices or []:
+            if not isinstance(name, str) or not _RDMA_NAME.fullmatch(name):
+                raise ValueError(f"ib_devices: {name!r} is not an RDMA device name")
+            if name in seen:
+                raise ValueError(f"ib_devices: {name} listed twice")
+            seen.add(name)
 
     def _validate_lustre(self) -> None:
         if self.lustre_mount is None:
@@ -114,10 +130,9 @@ class HealthSection:
 
     def load_thresholds(self) -> Thresholds:
         base = load_thresholds(self.thresholds)
-        if self.expected_gpus is None:
-            return base
-        data: dict[str, Any] = {
-            **base.data,
-            "gpu": {**base.data["gpu"], "expected_per_node": self.expected_gpus},
-        }
+        data: dict[str, Any] = dict(base.data)
+        if self.expected_gpus is not None:
+            data["gpu"] = {**data["gpu"], "expected_per_node": self.expected_gpus}
+        if self.ib_devices is not None:
+            data["ib"] = {**data["ib"], "devices": list(self.ib_devices)}
         return Thresholds(data)

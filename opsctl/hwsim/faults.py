@@ -363,7 +363,7 @@ def heal(state: NodeHardware, *, now: float | None = None) -> NodeHardware:
     """Return the node to its healthy seeded hardware, in place (and return it). A repaired node
     has been rebooted: its boot time is now."""
     now = time.time() if now is None else now
-    fresh = make_node(state.node, now=now)
+    fresh = make_node(state.node, now=now, hca_layout=state.hca_layout)
     fresh.boot_time = boot_time(now)
     state.__dict__.update(fresh.__dict__)
     return state

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from opsctl.hwsim import collectors, storage
-from opsctl.hwsim.render_ib import phys_state_id, state_id
-from opsctl.hwsim.state import PRODUCT_NAME, Gpu, NodeHardware
+from opsctl.hwsim.render_ib import firmware, phys_state_id, state_id
+from opsctl.hwsim.state import HCA_BOARD_ID, PRODUCT_NAME, Gpu, NodeHardware
 
 XID_WINDOW_MS = 300000  # dcgm-exporter's default --xid-count-window-size (5 minutes)
 TENSOR_SHARE = 0.45  # share of SM-busy time the tensor pipes are active under the simulated load
@@ -420,9 +420,9 @@ def infiniband_families(state: NodeHardware, *, now: float | None = None) -> lis
             Sample(
                 {
                     "device": h.name,
-                    "board_id": "MT_0000000838",
-                    "firmware_version": "28.39.1002",
-                    "hca_type": "MT4129",
+                    "board_id": HCA_BOARD_ID,
+                    "firmware_version": firmware(h),
+                    "hca_type": h.ca_type,
                 },
                 1.0,
             )

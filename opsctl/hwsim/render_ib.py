@@ -6,7 +6,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from opsctl.hwsim.state import HCA_BOARD_ID, HCA_CAPABILITY_MASK, HCA_FW, HCA_TYPE, Hca, NodeHardware
+from opsctl.hwsim.state import (
+    ETH_CAPABILITY_MASK,
+    ETH_FW,
+    HCA_BOARD_ID,
+    HCA_CAPABILITY_MASK,
+    HCA_FW,
+    Hca,
+    NodeHardware,
+)
 
 # ibstat word -> (sysfs state file, node_exporter state_id)
 _STATE = {"Active": (4, "ACTIVE"), "Down": (1, "DOWN"), "Initializing": (2, "INIT"), "Armed": (3, "ARMED")}
@@ -36,8 +44,20 @@ def _guid_sysfs(guid: int) -> str:
 
 
 def _lids(hca: Hca) -> tuple[int, int]:
-    # A port that is down has no LID assignment from the subnet manager.
-    return (hca.lid, hca.sm_lid) if hca.state == "Active" else (0, 0)
+    # A port that is down has no LID assignment from the subnet manager; an Ethernet port never has.
+    return (hca.lid, hca.sm_lid) if hca.state == "Active" and hca.link_layer == "InfiniBand" else (0, 0)
+
+
+def _ethernet(hca: Hca) -> bool:
+    return hca.link_layer == "Ethernet"
+
+
+def firmware(hca: Hca) -> str:
+    return ETH_FW if _ethernet(hca) else HCA_FW
+
+
+def _cap_mask(hca: Hca) -> str:
+    return ETH_CAPABILITY_MASK if _ethernet(hca) else HCA_CAPABILITY_MASK
 
 
 def render_ibstat(state: NodeHardware, ca: str | None = None) -> str:
@@ -51,9 +71,9 @@ def render_ibstat(state: NodeHardware, ca: str | None = None) -> str:
         base_lid, sm_lid = _lids(h)
         out += [
             f"CA '{h.name}'",
-            f"\tCA type: {HCA_TYPE}",
+            f"\tCA type: {h.ca_type}",
             "\tNumber of ports: 1",
-            f"\tFirmware version: {HCA_FW}",
+            f"\tFirmware version: {firmware(h)}",
             "\tHardware version: 0",
             f"\tNode GUID: {_guid_hex(h.node_guid)}",
             f"\tSystem image GUID: {_guid_hex(h.node_guid)}",
@@ -64,9 +84,9 @@ def render_ibstat(state: NodeHardware, ca: str | None = None) -> str:
             f"\t\tBase lid: {base_lid}",
             "\t\tLMC: 0",
             f"\t\tSM lid: {sm_lid}",
-            f"\t\tCapability mask: {HCA_CAPABILITY_MASK}",
+            f"\t\tCapability mask: {_cap_mask(h)}",
             f"\t\tPort GUID: {_guid_hex(h.port_guid)}",
-            "\t\tLink layer: InfiniBand",
+            f"\t\tLink layer: {h.link_layer}",
         ]
     return "\n".join(out) + "\n"
 
@@ -79,8 +99,8 @@ def sysfs_files(state: NodeHardware, now: float | None = None) -> dict[str, str]
         code, word = _STATE[h.state]
         d = h.name
         files[f"{d}/board_id"] = HCA_BOARD_ID
-        files[f"{d}/fw_ver"] = HCA_FW
-        files[f"{d}/hca_type"] = HCA_TYPE
+        files[f"{d}/fw_ver"] = firmware(h)
+        files[f"{d}/hca_type"] = h.ca_type
         files[f"{d}/hw_rev"] = "0x0"
         files[f"{d}/node_guid"] = _guid_sysfs(h.node_guid)
         files[f"{d}/sys_image_guid"] = _guid_sysfs(h.node_guid)
@@ -90,12 +110,12 @@ def sysfs_files(state: NodeHardware, now: float | None = None) -> dict[str, str]
         files[f"{p}/state"] = f"{code}: {word}"
         files[f"{p}/phys_state"] = f"{phys_state_id(h)}: {h.physical_state}"
         files[f"{p}/rate"] = f"{h.rate_gbps} Gb/sec ({_RATE_NAME.get(h.rate_gbps, '4X')})"
-        files[f"{p}/link_layer"] = "InfiniBand"
+        files[f"{p}/link_layer"] = h.link_layer
         files[f"{p}/lid"] = f"0x{base_lid:x}"
         files[f"{p}/sm_lid"] = f"0x{sm_lid:x}"
         files[f"{p}/lid_mask_count"] = "0"
         files[f"{p}/sm_sl"] = "0"
-        files[f"{p}/cap_mask"] = HCA_CAPABILITY_MASK
+        files[f"{p}/cap_mask"] = _cap_mask(h)
         files[f"{p}/pkeys/0"] = "0xffff"  # the default partition, full member
         for link in ("current", "max"):  # the HCA's PCIe Gen5 x16 slot, as the kernel prints it
             files[f"{d}/device/{link}_link_speed"] = "32.0 GT/s PCIe"

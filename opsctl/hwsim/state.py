@@ -1,4 +1,5 @@
-"""The simulated hardware of one node: an HGX H200 (8 GPUs) with 8 ConnectX-7 NDR HCAs.
+"""The simulated hardware of one node: an HGX H200 (8 GPUs) with 8 ConnectX-7 NDR HCAs, or
+another port layout of its RDMA devices (``HCA_LAYOUTS``).
 
 One JSON file per node holds it. ``make_node`` builds a healthy node deterministically from the node
 name (same name, same UUIDs, serials, GUIDs, LIDs and counters), so a fleet of simulated nodes is
@@ -38,6 +39,61 @@ HCA_TYPE = "MT4129"  # ConnectX-7
 HCA_FW = "28.39.1002"
 HCA_BOARD_ID = "MT_0000000838"
 HCA_CAPABILITY_MASK = "0xa751e848"
+ETH_TYPE = "MT4125"  # ConnectX-6 Dx, Ethernet only
+ETH_FW = "22.38.1002"
+ETH_CAPABILITY_MASK = "0x00010000"
+
+
+@dataclass(frozen=True)
+class HcaPort:
+    """One RDMA device of a layout as the node has it when healthy."""
+
+    name: str
+    link_layer: str = "InfiniBand"  # or Ethernet (RoCE): same class in sysfs, no subnet manager
+    state: str = "Active"
+    physical_state: str = "LinkUp"
+    rate_gbps: int = HCA_RATE_GBPS
+    ca_type: str = HCA_TYPE
+    pci_bus: int = 0
+
+
+def _eth(name: str, bus: int, *, up: bool) -> HcaPort:
+    if up:
+        return HcaPort(name, "Ethernet", "Active", "LinkUp", 100, ETH_TYPE, bus)
+    return HcaPort(name, "Ethernet", "Down", "Disabled", 40, ETH_TYPE, bus)
+
+
+# Port layouts, each the healthy state of a genuine sample (tests/unit/hwsim/test_hca_layouts.py
+# diffs them against it). "h200-ndr8": the reference node, eight ConnectX-7 NDR InfiniBand ports
+# (the InfiniBand ports of ibstat.h100.some_down.gpud.txt), one beside each GPU. "h100-ndr8-eth4":
+# that H100 node as sampled: the same eight fabric ports numbered mlx5_0,3-6,9-11, and four
+# Ethernet ports of ConnectX-6 Dx cards (mlx5_1 up at 100 Gb/s; mlx5_2,7,8 disabled), which
+# node_exporter exports as node_infiniband_* series like the fabric's.
+HCA_LAYOUTS: dict[str, tuple[HcaPort, ...]] = {
+    "h200-ndr8": tuple(HcaPort(f"mlx5_{i}", pci_bus=bus) for i, bus in enumerate(HCA_PCI_BUSES)),
+    "h100-ndr8-eth4": (
+        HcaPort("mlx5_0", pci_bus=0x1A),
+        _eth("mlx5_1", 0x1F, up=True),
+        _eth("mlx5_2", 0x1F, up=False),
+        *(HcaPort(f"mlx5_{i}", pci_bus=bus) for i, bus in ((3, 0x2C), (4, 0x3C), (5, 0x5F), (6, 0x9C))),
+        _eth("mlx5_7", 0xA0, up=False),
+        _eth("mlx5_8", 0xA0, up=False),
+        *(HcaPort(f"mlx5_{i}", pci_bus=bus) for i, bus in ((9, 0xAD), (10, 0xBC), (11, 0xDD))),
+    ),
+}
+DEFAULT_HCA_LAYOUT = "h200-ndr8"
+
+
+def fabric_hcas(layout: str) -> list[str]:
+    """The InfiniBand devices of a layout: what an inventory lists as its fabric HCAs."""
+    return [p.name for p in _layout(layout) if p.link_layer == "InfiniBand"]
+
+
+def _layout(name: str) -> tuple[HcaPort, ...]:
+    try:
+        return HCA_LAYOUTS[name]
+    except KeyError:
+        raise ValueError(f"unknown HCA layout {name!r} (known: {', '.join(sorted(HCA_LAYOUTS))})") from None
 SM_LID = 1
 # nvmlDeviceGpuRecoveryAction_t (NVML; DCGM field 1523 DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION)
 RECOVERY_NONE = 0
@@ -176,6 +232,8 @@ class Hca:
     physical_state: str = "LinkUp"  # LinkUp, Polling, Disabled
     rate_gbps: int = HCA_RATE_GBPS
     sm_lid: int = SM_LID
+    link_layer: str = "InfiniBand"  # Ethernet: a RoCE port, no LIDs, no subnet manager
+    ca_type: str = HCA_TYPE
     counters: dict[str, int] = field(default_factory=dict)
     hw_counters: dict[str, int] = field(default_factory=dict)
     # Traffic of a running job: the data and packet counters grow at this rate from traffic_since.
@@ -237,6 +295,7 @@ class NodeHardware:
     dcgm_exporter_up: bool = True
     node_exporter_up: bool = True
     diag_killed: bool = False  # dcgmi diag cannot complete: its NVVS process dies
+    hca_layout: str = DEFAULT_HCA_LAYOUT  # which HCA_LAYOUTS entry the healthy node has
     faults: list[str] = field(default_factory=list)  # applied fault specs, in order
 
     def gpu(self, index: int) -> Gpu:
@@ -287,8 +346,10 @@ def _uuid(rng: random.Random) -> str:
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-def make_node(node: str, *, now: float | None = None) -> NodeHardware:
-    """A healthy H200 node, identical for the same name (``now`` only sets the boot time)."""
+def make_node(node: str, *, now: float | None = None, hca_layout: str = DEFAULT_HCA_LAYOUT) -> NodeHardware:
+    """A healthy H200 node, identical for the same name (``now`` only sets the boot time), with the
+    RDMA devices of ``hca_layout``."""
+    layout = _layout(hca_layout)
     seed = node_seed(node)
     rng = random.Random(seed)
     uptime = rng.randint(2 * 86400, 40 * 86400)
@@ -315,7 +376,7 @@ def make_node(node: str, *, now: float | None = None) -> NodeHardware:
         )
     guid_base = 0xA088C20300000000 | (rng.getrandbits(16) << 8)
     hcas: list[Hca] = []
-    for i in range(HCA_COUNT):
+    for i, port in enumerate(layout):
         data = rng.randint(10**13, 9 * 10**14)
         pkts = data // rng.randint(180, 260)
         counters = {name: 0 for name in IB_COUNTERS}
@@ -337,15 +398,23 @@ def make_node(node: str, *, now: float | None = None) -> NodeHardware:
         )
         hcas.append(
             Hca(
-                name=f"mlx5_{i}",
-                pci_bus=f"0000:{HCA_PCI_BUSES[i]:02x}:00.0",
+                name=port.name,
+                pci_bus=f"0000:{port.pci_bus:02x}:00.0",
                 node_guid=guid_base + i,
-                lid=number * HCA_COUNT + i + 2,  # unique across the fabric; LID 1 is the SM
+                # unique across the fabric (LID 1 is the SM); a RoCE port has none
+                lid=number * max(HCA_COUNT, len(layout)) + i + 2 if port.link_layer == "InfiniBand" else 0,
+                state=port.state,
+                physical_state=port.physical_state,
+                rate_gbps=port.rate_gbps,
+                link_layer=port.link_layer,
+                ca_type=port.ca_type,
                 counters=counters,
                 hw_counters=hw,
             )
         )
-    return NodeHardware(node=node, seed=seed, boot_time=boot_time, gpus=gpus, hcas=hcas)
+    return NodeHardware(
+        node=node, seed=seed, boot_time=boot_time, gpus=gpus, hcas=hcas, hca_layout=hca_layout
+    )
 
 
 def load(path: str | os.PathLike[str]) -> NodeHardware:

@@ -55,7 +55,15 @@ from opsctl.hwsim.dcgm_exporter import ExporterFlags, parse_flags, release_for
 from opsctl.hwsim.faults import apply_fault, parse_spec
 from opsctl.hwsim.faults import heal as heal_state
 from opsctl.hwsim.metrics import XID_WINDOW_MS, load_collectors
-from opsctl.hwsim.state import NodeHardware, load, make_node, save, state_path
+from opsctl.hwsim.state import (
+    DEFAULT_HCA_LAYOUT,
+    NodeHardware,
+    fabric_hcas,
+    load,
+    make_node,
+    save,
+    state_path,
+)
 
 if TYPE_CHECKING:
     from opsctl.sim.cluster import SimCluster
@@ -110,10 +118,11 @@ def sim_inventory(
     prometheus_port: int,
     remediator_port: int,
     alertmanager_port: int | None = None,
+    ib_fabric_hcas: list[str] | None = None,
 ) -> dict[str, Any]:
     """The inventory the roles render for: the sim's nodes as GPU nodes at 127.0.0.1, each with its
     own exporter ports (the host variables the prometheus role reads), one monitoring host, and an
-    Alertmanager host when ``alertmanager_port`` is given."""
+    Alertmanager host when ``alertmanager_port`` is given; ``ib_fabric_hcas`` the nodes' fabric."""
     gpu_hosts = {
         node: {"ansible_host": "127.0.0.1", "dcgm_exporter_port": p["dcgm"], "node_exporter_port": p["node"]}
         for node, p in sorted(exporter_ports.items())
@@ -123,6 +132,7 @@ def sim_inventory(
             "vars": {
                 "ansible_python_interpreter": sys.executable,
                 "cluster_name": "sim",
+                "ib_fabric_hcas": list(ib_fabric_hcas or fabric_hcas(DEFAULT_HCA_LAYOUT)),
                 # the dcgm role
                 "dcgm_exporter_collectors": str(mon / "dcgm-counters.csv"),
                 "dcgm_exporter_unit_file": str(mon / "dcgm-exporter.service"),
@@ -286,7 +296,12 @@ class MonitoringAddon:
         dcgm_version: str | None = None,
         alertmanager: bool = False,
         dcgm_exporter_version: str | None = None,
+        hca_layout: str = DEFAULT_HCA_LAYOUT,
     ) -> None:
+        """``hca_layout``: the RDMA devices of every node (opsctl.hwsim.state.HCA_LAYOUTS); its
+        InfiniBand HCAs are the sim's fabric (inventory ib_fabric_hcas, [health] ib_devices)."""
+        self.fabric = fabric_hcas(hca_layout)  # an unknown layout is refused here, not at start
+        self.hca_layout = hca_layout
         self.ready_timeout = ready_timeout
         self.xid_window_ms = xid_window_ms
         self.counters_file = None if counters_file is None else Path(counters_file)
@@ -311,7 +326,7 @@ class MonitoringAddon:
         for stale in hw.glob("*.json"):
             stale.unlink()
         for node in nodes:  # every up() starts from healthy hardware
-            save(make_node(node), state_path(hw, node))
+            save(make_node(node, hca_layout=self.hca_layout), state_path(hw, node))
         ports = free_ports(2 * len(nodes) + 3)
         port, remediator_port, am_port = ports[-3:]
         exporter_ports = {
@@ -330,6 +345,7 @@ class MonitoringAddon:
                 prometheus_port=port,
                 remediator_port=remediator_port,
                 alertmanager_port=am_port if alertmanager else None,
+                ib_fabric_hcas=self.fabric,
             ),
             self.dcgm_version,
             self.exporter_release,
@@ -407,6 +423,7 @@ class MonitoringAddon:
         self.wait_targets_up(sim, url, nodes, timeout)
         set_prometheus_url(sim.config_path, url)
         sim.set_config("remediator", metrics_address=f"127.0.0.1:{remediator_port}")
+        sim.set_config("health", ib_devices=self.fabric)  # as the opsctl_remediation role renders it
 
     @staticmethod
     def wait_targets_up(sim: SimCluster, url: str, nodes: list[str], timeout: float) -> None:

@@ -57,7 +57,8 @@ def test_gpu_nodes_expecting_other_hcas_than_the_sites_fabric_are_refused(tmp_pa
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    assert "hw_expected.ib_hcas differs from ib_fabric_hcas (mlx5_0, mlx5_3) on 64 GPU nodes: gpu-001, gpu-002" in out
+    want = "hw_expected.ib_hcas differs from ib_fabric_hcas (mlx5_0, mlx5_3) on 64 GPU nodes: gpu-001,"
+    assert want in out
 
 
 def test_a_gpu_node_in_two_partitions_is_refused(tmp_path):

@@ -17,30 +17,33 @@ from opsctl.parsers.ibstat import parse_ibstat
 
 FABRIC = ["mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11"]
 SAMPLE = "ibstat.h100.some_down.gpud.txt"
+Reader = Callable[[str], str]
 
 
 def _ib_port(text: str, devices: list[str] | None) -> list[tuple[str, str]]:
     ev = Evidence(node="gpu-001", source="ssh", collected_at=0.0, provides=frozenset({"ib"}))
     ev.ib_ports = ib_from_ibstat(parse_ibstat(text))
     th = HealthSection(ib_devices=devices).load_thresholds()
-    return sorted((v.status.value, v.summary) for v in judge([ev], th, 0.0)[0].verdicts if v.code == "ib-port")
+    verdicts = judge([ev], th, 0.0)[0].verdicts
+    return sorted((v.status.value, v.summary) for v in verdicts if v.code == "ib-port")
 
 
 def _down(text: str, device: str) -> str:
     """The sample with ``device``'s port down as a dead cable leaves it."""
     head, _, rest = text.partition(f"CA '{device}'\n")
     block, sep, tail = rest.partition("\nCA '")
-    block = block.replace("State: Active", "State: Down").replace("Physical state: LinkUp", "Physical state: Polling")
+    block = block.replace("State: Active", "State: Down")
+    block = block.replace("Physical state: LinkUp", "Physical state: Polling")
     return head + f"CA '{device}'\n" + block + sep + tail
 
 
 @pytest.mark.parametrize("devices", [FABRIC, None], ids=["inventory", "link-layer"])
-def test_the_real_h100_node_reads_ok_with_its_ethernet_ports_down(real: Callable[[str], str], devices) -> None:
+def test_the_real_h100_node_reads_ok_with_its_ethernet_ports_down(real: Reader, devices) -> None:
     assert _ib_port(real(SAMPLE), devices) == [("OK", "8 ports active at 400 Gb/s")]
 
 
 @pytest.mark.parametrize("devices", [FABRIC, None], ids=["inventory", "link-layer"])
-def test_the_real_h100_node_fails_when_a_fabric_port_is_down(real: Callable[[str], str], devices) -> None:
+def test_the_real_h100_node_fails_when_a_fabric_port_is_down(real: Reader, devices) -> None:
     got = _ib_port(_down(real(SAMPLE), "mlx5_10"), devices)
     assert [s for s, _ in got] == ["FAIL"] and got[0][1].startswith("mlx5_10/1: state DOWN")
 

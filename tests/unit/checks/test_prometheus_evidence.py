@@ -343,7 +343,8 @@ def _h100_ib_port(*faults: str, devices: list[str] | None = H100_FABRIC) -> list
         apply_fault(node, spec)
     (ev,) = build_evidence(["gpu-002"], results([node]), NOW, 30.0, 600)
     th = HealthSection(ib_devices=devices).load_thresholds()
-    return sorted((v.status.value, v.summary) for v in judge([ev], th, NOW)[0].verdicts if v.code == "ib-port")
+    verdicts = judge([ev], th, NOW)[0].verdicts
+    return sorted((v.status.value, v.summary) for v in verdicts if v.code == "ib-port")
 
 
 def test_a_node_with_ethernet_ports_beside_its_fabric_reads_ok_when_the_fabric_is_healthy() -> None:

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from opsctl.hwsim.metrics import XID_COUNT, dcgm_families, load_collectors, node_families
-from opsctl.hwsim.state import make_node
+from opsctl.hwsim.state import HCA_LAYOUTS, fabric_hcas, make_node
 
 ROOT = Path(__file__).resolve().parents[3]
 ALERTS = ROOT / "dashboards" / "alerts"
@@ -36,9 +36,10 @@ def _inputs() -> list[str]:
 
 
 def _emulated(name: str, labels: dict[str, str]) -> dict[str, str] | None:
-    """The labels the emulator serves for this family on this node (and GPU, or port)."""
-    node = make_node(labels["instance"])
+    """The labels the emulator serves for this family on this node (and GPU, or port), as
+    Prometheus stores them."""
     if name.startswith("DCGM_"):
+        node = make_node(labels["instance"])
         # a series of a GPU with Slurm jobs comes once per job (the role's --hpc-job-mapping-dir)
         jobs = {int(labels["gpu"]): [labels["hpc_job"]]} if "hpc_job" in labels else None
         fams = {f.name: f for f in dcgm_families(node, load_collectors(SHIPPED), jobs=jobs)}
@@ -48,13 +49,26 @@ def _emulated(name: str, labels: dict[str, str]) -> dict[str, str] | None:
             if s.labels["gpu"] == labels.get("gpu") and s.labels.get("hpc_job") == labels.get("hpc_job"):
                 return s.labels | ({"xid": labels["xid"]} if name == XID_COUNT and "xid" in labels else {})
         return None
-    for fam in node_families(node):
-        if fam.name == name:
-            for s in fam.samples:
-                keys = ("device", "port", "mountpoint")
-                if all(labels.get(k) == v for k, v in s.labels.items() if k in keys):
-                    return s.labels
-    return None
+    served: list[dict[str, str]] = []
+    for layout in HCA_LAYOUTS:  # a node of any layout, its fabric HCAs the site's ib_fabric_hcas
+        for fam in node_families(make_node(labels["instance"], hca_layout=layout)):
+            if fam.name == name:
+                for s in fam.samples:
+                    keys = ("device", "port", "mountpoint")
+                    if all(labels.get(k) == v for k, v in s.labels.items() if k in keys):
+                        served.append(s.labels | _fabric(name, s.labels, layout))
+    wanted = labels | {"instance": labels.get("instance", "")}
+    return next((s for s in served if s | {"instance": wanted["instance"]} == wanted), None) or (
+        served[0] if served else None
+    )
+
+
+def _fabric(name: str, labels: dict[str, str], layout: str) -> dict[str, str]:
+    """The label the prometheus role's relabelling adds (tests/unit/ansible/test_monitoring_roles.py
+    applies the rendered rule): the fabric's InfiniBand families only."""
+    if name.startswith("node_infiniband_") and labels.get("device") in fabric_hcas(layout):
+        return {"fabric": "infiniband"}
+    return {}
 
 
 @pytest.mark.parametrize("series", _inputs())
