@@ -15,7 +15,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check opsctl training tests bench scripts
 	$(BIN)/mypy
-	$(BIN)/mypy scripts/lock.py
+	$(BIN)/mypy scripts/lock.py scripts/extract_dcgm_fields.py
 
 test: lint
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/pytest
