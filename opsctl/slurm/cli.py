@@ -98,10 +98,14 @@ class CliBackend(SlurmBackend):
             if self.fmt == "json":
                 raise
             doc = {}
-        plugin = str(((doc.get("meta") or {}).get("plugin") or {}).get("type", ""))
+        meta_plugin = (doc.get("meta") or {}).get("plugin") or {}
+        plugin = str(meta_plugin.get("type", ""))
         adapter = JSON_ADAPTERS.get(plugin)
         if adapter is None and self.fmt == "json":
-            raise ConfigError(f"no adapter for Slurm JSON format {plugin!r}; use cli_format = text")
+            # 23.02 and later leave plugin.type empty and name their format in plugin.data_parser
+            found = plugin or str(meta_plugin.get("data_parser", ""))
+            raise ConfigError(f"no adapter for Slurm JSON format {found!r} (opsctl reads "
+                              f"{', '.join(JSON_ADAPTERS)}); use cli_format = text")
         self._adapter, self._decided = adapter, True
         return adapter, (doc if adapter is not None else None)
 

@@ -10,7 +10,8 @@ from typing import Any
 
 from opsctl.model import Job, Node
 from opsctl.nodeset import expand
-from opsctl.slurm.states import gpu_summary, gpus_per_node, normalize_state
+from opsctl.slurm.base import SlurmError
+from opsctl.slurm.states import gpu_summary, gpus_per_node, slurm_node_state
 
 PLUGIN = "openapi/v0.0.38"
 
@@ -20,11 +21,15 @@ def _str(value: Any) -> str:
 
 
 def node_from_json(data: dict[str, Any]) -> Node:
-    base, flags = normalize_state(_str(data.get("state")) or "unknown", list(data.get("state_flags") or []))
+    name = _str(data.get("name"))
+    missing = [key for key in ("name", "state", "state_flags") if key not in data]
+    if missing:
+        raise SlurmError(f"node {name or '?'}: sinfo --json ({PLUGIN}) has no {', '.join(missing)}")
+    base, flags = slurm_node_state(name, _str(data["state"]), list(data["state_flags"] or []))
     gpus_total, gpu_type = gpu_summary(data.get("gres"))
     gpus_alloc, _ = gpu_summary(data.get("gres_used"))
     return Node(
-        name=_str(data.get("name")),
+        name=name,
         state=base,
         flags=flags,
         reason=_str(data.get("reason")),

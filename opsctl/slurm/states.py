@@ -6,6 +6,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from opsctl.slurm.base import SlurmError
+
 BASE_STATES = {"idle", "allocated", "mixed", "down", "error", "future", "unknown"}
 
 # sinfo's short and long state names (and scontrol's base names) -> (base state, implied flags).
@@ -59,6 +61,33 @@ _SUFFIX_FLAGS = {
 # Flag spellings differ between scontrol, the OpenAPI plugins and pyslurm.
 _FLAG_ALIASES = {"NO_RESPOND": "NOT_RESPONDING", "NOT_RESPOND": "NOT_RESPONDING", "DRAINED": "DRAIN",
                  "DRAINING": "DRAIN", "MAINT": "MAINTENANCE", "POWER_DOWN": "POWER_DOWN"}
+
+
+# What Slurm prints for a node's state in full: node_state_string_complete() (`scontrol show node`) and
+# openapi/v0.0.38's "state" and "state_flags", i.e. node_states[] and node_state_flags[] in
+# src/common/slurm_protocol_defs.c of Slurm 22.05 and 24.11. PERFCTRS is 22.05's only (NODE_STATE_NET,
+# removed in 24.05), BLOCKED 24.11's; "?" is Slurm's own word for a flag bit it has no name for.
+SLURM_BASE_STATES = frozenset({"DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE", "UNKNOWN"})
+SLURM_STATE_FLAGS = frozenset({
+    "BLOCKED", "CLOUD", "COMPLETING", "DRAIN", "DYNAMIC_FUTURE", "DYNAMIC_NORM", "INVALID_REG", "FAIL",
+    "MAINTENANCE", "POWER_DOWN", "POWER_UP", "PERFCTRS", "POWERED_DOWN", "REBOOT_REQUESTED",
+    "REBOOT_ISSUED", "RESERVED", "RESUME", "NOT_RESPONDING", "PLANNED", "POWERING_UP", "POWERING_DOWN", "?",
+})
+
+
+def slurm_node_state(node: str, text: str, flags: list[str] | None = None) -> tuple[str, set[str]]:
+    """`normalize_state` for a state Slurm printed in full (`MIXED+DRAIN`; v0.0.38's "mixed" and
+    ["DRAIN"]), refusing a word outside Slurm 22.05's and 24.11's: a state opsctl cannot read (a
+    renamed flag, a new release's word) stops the caller instead of reaching it as a node in service."""
+    base, *more = text.split("+")
+    unknown = [word for word in [*more, *(flags or [])] if word.upper() not in SLURM_STATE_FLAGS]
+    if base.upper() not in SLURM_BASE_STATES:
+        unknown.insert(0, base)
+    if unknown:
+        shown = text + (f" {flags}" if flags else "")
+        raise SlurmError(f"node {node or '?'}: Slurm node state {shown!r} has words opsctl does not know: "
+                         f"{', '.join(map(repr, unknown))} (it reads the states of Slurm 22.05 and 24.11)")
+    return normalize_state(text, flags)
 
 
 def normalize_state(text: str, extra_flags: list[str] | None = None) -> tuple[str, set[str]]:

@@ -8,7 +8,8 @@ import re
 
 from opsctl.model import Job, Node
 from opsctl.nodeset import expand
-from opsctl.slurm.states import gpu_summary, gpus_in_tres, gpus_per_node, normalize_state
+from opsctl.slurm.base import SlurmError
+from opsctl.slurm.states import gpu_summary, gpus_in_tres, gpus_per_node, normalize_state, slurm_node_state
 
 # A key starts a token where it follows whitespace: `AllocNode:Sid=`, `CPUs/Task=`, `ReqB:S:C:T=`.
 _KEY_RE = re.compile(r"(?:(?<=\s)|^)([A-Za-z_][A-Za-z0-9_/:.]*)=")
@@ -59,7 +60,10 @@ def parse_node_record(record: str) -> Node:
     fields = tokenize(record)
     if not match:
         reason = _null(fields.get("Reason", ""))
-    base, flags = normalize_state(fields.get("State", "UNKNOWN"))
+    name = fields.get("NodeName", "")
+    if "State" not in fields:
+        raise SlurmError(f"node {name or '?'}: scontrol printed no State= field")
+    base, flags = slurm_node_state(name, fields["State"])
     gpus_total, gpu_type = gpu_summary(fields.get("Gres"))
     if "GresUsed" in fields:
         gpus_alloc, _ = gpu_summary(fields["GresUsed"])
@@ -67,7 +71,7 @@ def parse_node_record(record: str) -> Node:
         gpus_alloc = gpus_in_tres(fields.get("AllocTRES"))
     partitions = [p for p in _null(fields.get("Partitions", "")).split(",") if p]
     return Node(
-        name=fields.get("NodeName", ""),
+        name=name,
         state=base,
         flags=flags,
         reason=reason,
