@@ -11,8 +11,9 @@ import pytest
 
 from opsctl.checks import judge
 from opsctl.checks.settings import HealthSection
-from opsctl.evidence.convert import ib_from_ibstat
+from opsctl.evidence.convert import ib_from_ibstat, ib_from_sysfs
 from opsctl.evidence.model import Evidence
+from opsctl.parsers.ib_sysfs import parse_flattened, parse_ib_sysfs
 from opsctl.parsers.ibstat import parse_ibstat
 
 FABRIC = ["mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11"]
@@ -77,3 +78,31 @@ def test_bad_ib_devices_are_refused(devices: list[str], error: str) -> None:
 def test_ib_devices_replace_the_thresholds_list_and_none_keeps_it() -> None:
     assert HealthSection(ib_devices=FABRIC).load_thresholds().get("ib", "devices") == FABRIC
     assert HealthSection().load_thresholds().get("ib", "devices") == []
+
+
+# A second genuine H100 node (its sysfs tree): eight NDR HCAs mlx5_0, 1, 4-9 beside mlx5_bond_0, an
+# Ethernet bond of the other two ports at 200 Gb/s.
+SYSFS = "sysfs-class-infiniband.h100.ports.flattened.gpud.txt"
+SYSFS_FABRIC = ["mlx5_0", "mlx5_1", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8", "mlx5_9"]
+
+
+def _sysfs_ib_port(files: dict[str, str], devices: list[str] | None) -> list[tuple[str, str]]:
+    ev = Evidence(node="gpu-001", source="ssh", collected_at=0.0, provides=frozenset({"ib"}))
+    ev.ib_ports = ib_from_sysfs(parse_ib_sysfs(files))
+    verdicts = judge([ev], HealthSection(ib_devices=devices).load_thresholds(), 0.0)[0].verdicts
+    return sorted((v.status.value, v.summary) for v in verdicts if v.code == "ib-port")
+
+
+@pytest.mark.parametrize("devices", [SYSFS_FABRIC, None], ids=["inventory", "link-layer"])
+def test_the_real_sysfs_tree_with_an_ethernet_bond_reads_ok_and_fails_on_a_fabric_port(
+    real: Reader, devices
+) -> None:
+    files = parse_flattened(real(SYSFS))
+    assert files["mlx5_bond_0/ports/1/link_layer"] == "Ethernet"
+    assert _sysfs_ib_port(files, devices) == [("OK", "8 ports active at 400 Gb/s")]
+    bond = "mlx5_bond_0/ports/1"
+    bond_down = files | {f"{bond}/state": "1: DOWN", f"{bond}/phys_state": "3: Disabled"}
+    assert _sysfs_ib_port(bond_down, devices) == [("OK", "8 ports active at 400 Gb/s")]
+    fabric_down = files | {"mlx5_7/ports/1/state": "1: DOWN", "mlx5_7/ports/1/phys_state": "2: Polling"}
+    got = _sysfs_ib_port(fabric_down, devices)
+    assert [s for s, _ in got] == ["FAIL"] and got[0][1].startswith("mlx5_7/1: state DOWN")
