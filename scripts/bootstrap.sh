@@ -49,6 +49,6 @@ fi
 # is the pinned one too; the check fails the bootstrap if anything differs from the lock.
 LOCK=locks/cpu.txt
 "$VENV/bin/pip" install -q --constraint "$LOCK" pip setuptools
-"$VENV/bin/pip" install -q --constraint "$LOCK" --no-build-isolation -e '.[dev]'
+"$VENV/bin/pip" install -q --constraint "$LOCK" --no-build-isolation -e '.[dev,training]'
 "$VENV/bin/python" scripts/lock.py check --installed
 echo "bootstrap: ready ($("$VENV/bin/python" --version), $VENV)"

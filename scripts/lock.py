@@ -64,7 +64,7 @@ class Platform:
 PLATFORMS = {
     "cpu": Platform(
         "cpu",
-        ("dev",),
+        ("dev", "training"),
         ("pip",),
         (
             "for development, CI and the lab's training runtime:",
@@ -74,7 +74,7 @@ PLATFORMS = {
     ),
     "cuda": Platform(
         "cuda",
-        (),
+        ("training",),
         (),
         (
             "for the training runtime on the GPU nodes:",

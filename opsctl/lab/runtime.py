@@ -106,7 +106,8 @@ def stage(cfg: LabConfig, repo_root: Path) -> StagedWheelhouse:
         wheel = build_project_wheel(repo_root, Path(tmp))
         # pip skips what the cache already holds; it would also save the project wheel there,
         # which is why the project wheel is copied from the fresh build below, never the cache.
-        run(download_argv(cache, [str(wheel), TORCH_REQUIREMENT], repo_root / LOCK), timeout=1800)
+        # the wheel with its training extra: the job's stack (torch and the rest) comes with it
+        run(download_argv(cache, [f"{wheel}[training]", TORCH_REQUIREMENT], repo_root / LOCK), timeout=1800)
         dest.mkdir(parents=True, exist_ok=True)
         for old in dest.glob(f"{PROJECT}-*.whl"):
             old.unlink()

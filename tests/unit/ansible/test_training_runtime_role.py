@@ -56,7 +56,7 @@ def test_the_virtualenv_installs_only_from_the_wheelhouse_on_the_share(rendered:
     assert "global.index-url" not in conf
     assert conf["install.only-binary"] == ":all:"
     lines = [ln for ln in (rendered / "requirements.txt").read_text().splitlines() if ln[:1] != "#"]
-    assert lines == ["opsctl==0.1.0", "torch==2.13.0"]
+    assert lines == ["opsctl[training]==0.1.0", "torch==2.13.0"]
 
 
 def test_the_runtime_installs_at_the_versions_of_the_cuda_lock(rendered: Path) -> None:
@@ -78,7 +78,7 @@ def test_an_internal_index_replaces_the_wheelhouse_and_the_site_adds_requirement
     assert conf["global.index-url"] == "https://pypi.example.internal/simple"
     assert "global.find-links" not in conf
     lines = [ln for ln in (out / "requirements.txt").read_text().splitlines() if ln[:1] != "#"]
-    assert lines == ["flash-attn==2.8.3", "opsctl==0.1.0", "torch==2.13.0"]
+    assert lines == ["flash-attn==2.8.3", "opsctl[training]==0.1.0", "torch==2.13.0"]
 
 
 @pytest.mark.parametrize(

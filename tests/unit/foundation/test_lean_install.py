@@ -69,6 +69,21 @@ def test_the_on_call_and_launch_commands_work_without_the_training_stack() -> No
     assert done.returncode == 0 and done.stdout.endswith("all ran\n"), done.stderr[-2000:]
 
 
+def test_a_launch_resolves_and_its_modules_load_without_the_training_stack(tmp_path: Path) -> None:
+    # what submitting a run needs on a login node: the job's config, the run directory, the sbatch
+    # side; the processes themselves (trainer, inference) run in the training runtime
+    run = tmp_path / "run"
+    code = (
+        "import opsctl.launch.slurm, opsctl.launch.resize, opsctl.watch\n"
+        "from opsctl.cli import cli\n"
+        f"args = ['launch', 'rl-run', '--local', '--dry-run', '--output', {str(run)!r}]\n"
+        "cli.main(args=args, prog_name='opsctl', standalone_mode=False)\n"
+    )
+    done = _run(code)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith(f"# run directory: {run}") and "[trainer]" in done.stdout
+
+
 def test_the_blocker_really_blocks() -> None:
     done = _run("import torch")
     assert done.returncode != 0 and "lean install" in done.stderr
