@@ -66,12 +66,12 @@ def test_a_dcgm_exporter_without_the_per_xid_count_is_refused(tmp_path):
     # dcgm-exporter before 3.3.5-3.4.0 has no DCGM_EXP_* collectors: it refuses the counters file's
     # XID count row and does not start (pkg/dcgmexporter/parser.go at 3.3.3-3.3.1)
     versions = {"dcgm_version": "3.3.3", "dcgm_exporter_version": "3.3.3-3.3.1"}
-    proc = run_ansible(
-        "ansible-playbook", ["playbooks/validate.yml", "-e", json.dumps(versions), *NOWHERE], tmp_path, check=False
-    )
+    argv = ["playbooks/validate.yml", "-e", json.dumps(versions), *NOWHERE]
+    proc = run_ansible("ansible-playbook", argv, tmp_path, check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    assert "dcgm-exporter 3.3.3-3.3.1 has no per-XID count (DCGM_EXP_XID_ERRORS_COUNT, from 3.3.5-3.4.0)" in out
+    want = "dcgm-exporter 3.3.3-3.3.1 has no per-XID count (DCGM_EXP_XID_ERRORS_COUNT, from 3.3.5-3.4.0)"
+    assert want in out
 
 
 def test_a_gpu_node_in_two_partitions_is_refused(tmp_path):
