@@ -3,7 +3,7 @@ VENV ?= .venv
 STAMP := $(VENV)/.bootstrapped
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint unit integration bench lock clean
+.PHONY: demo test check lint unit integration bench lock clean
 
 $(STAMP): pyproject.toml locks/cpu.txt scripts/bootstrap.sh
 	bash scripts/bootstrap.sh
@@ -19,6 +19,11 @@ lint: $(STAMP)
 
 test: lint
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/pytest
+
+# The fast tier to run while working: lint, types and the unit tests (no daemons) on every core.
+# `make test` is the whole suite, the one CI runs.
+check: lint
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/pytest -n auto tests/unit
 
 unit: $(STAMP)
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/pytest tests/unit

@@ -141,7 +141,11 @@ def read_lock(path: Path) -> Lock:
 
 
 # -- resolving ------------------------------------------------------------------------------------
-def pip_argv(plat: Platform, reqfile: Path, report: Path, target: Path) -> list[str]:
+def pip_argv(
+    plat: Platform, reqfile: Path, report: Path, target: Path, keep: Path | None = None
+) -> list[str]:
+    """pip's dry run for the platform; ``keep``: the current lock as constraints, so every package
+    it pins stays at its version and only what is new gets resolved."""
     argv = [sys.executable, "-m", "pip"]
     if plat.cross:
         argv.append("--isolated")  # no pip.conf or PIP_* variables: the index alone decides
@@ -152,11 +156,14 @@ def pip_argv(plat: Platform, reqfile: Path, report: Path, target: Path) -> list[
         for tag in MANYLINUX:
             argv += ["--platform", tag]
         argv += ["--target", str(target)]
+    if keep is not None:
+        argv += ["--constraint", str(keep)]
     return [*argv, "--requirement", str(reqfile)]
 
 
-def resolve(plat: Platform, reqs: list[str]) -> dict[str, str]:
-    """name -> version of every distribution pip would install for `reqs` on the platform."""
+def resolve(plat: Platform, reqs: list[str], keep: bool = False) -> dict[str, str]:
+    """name -> version of every distribution pip would install for `reqs` on the platform; with
+    ``keep``, at the current lock's versions wherever it has the package."""
     if not plat.cross:
         here = f"{sys.version_info.major}.{sys.version_info.minor}"
         if here != PYTHON or sys.platform != "linux" or platform.machine() != "x86_64":
@@ -168,11 +175,14 @@ def resolve(plat: Platform, reqs: list[str]) -> dict[str, str]:
         reqfile, report = Path(tmp, "in.txt"), Path(tmp, "report.json")
         reqfile.write_text("\n".join(reqs) + "\n")
         proc = subprocess.run(
-            pip_argv(plat, reqfile, report, Path(tmp, "target")), capture_output=True, text=True
+            pip_argv(plat, reqfile, report, Path(tmp, "target"), plat.path if keep else None),
+            capture_output=True,
+            text=True,
         )
         if proc.returncode != 0:
             errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("ERROR")] or [proc.stderr[-400:]]
-            raise LockError(f"pip could not resolve the {plat.name} platform: {errors[-1].strip()}")
+            hint = " (a kept pin conflicts: refresh without --keep)" if keep else ""
+            raise LockError(f"pip could not resolve the {plat.name} platform{hint}: {errors[-1].strip()}")
         installs = json.loads(report.read_text())["install"]
     return {i["metadata"]["name"]: i["metadata"]["version"] for i in installs}
 
@@ -188,11 +198,14 @@ def render(plat: Platform, reqs: list[str], resolved: dict[str, str]) -> str:
     return "\n".join(head + body) + "\n"
 
 
-def refresh(names: list[str]) -> None:
+def refresh(names: list[str], keep: bool = False) -> None:
     for name in names:
         plat = PLATFORMS[name]
         reqs = inputs(plat)
-        text = render(plat, reqs, resolve(plat, reqs))
+        if keep and not plat.path.is_file():
+            where = plat.path.relative_to(ROOT)
+            raise LockError(f"{where}: missing, nothing to keep; refresh without --keep")
+        text = render(plat, reqs, resolve(plat, reqs, keep))
         LOCKS.mkdir(exist_ok=True)
         tmp = plat.path.with_suffix(".tmp")
         tmp.write_text(text)
@@ -260,6 +273,11 @@ def main(argv: list[str] | None = None) -> int:
     ref.add_argument(
         "platforms", nargs="*", metavar="PLATFORM", help=f"one of {', '.join(PLATFORMS)} (default: all)"
     )
+    ref.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep every pin of the current lock; resolve only what pyproject added",
+    )
     chk = sub.add_parser("check", help="the locks agree with pyproject")
     chk.add_argument("--installed", action="store_true", help="and this environment holds the cpu lock")
     args = ap.parse_args(argv)
@@ -268,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             unknown = [p for p in args.platforms if p not in PLATFORMS]
             if unknown:
                 raise LockError(f"unknown platform {unknown[0]!r}: one of {', '.join(PLATFORMS)}")
-            refresh(args.platforms or list(PLATFORMS))
+            refresh(args.platforms or list(PLATFORMS), args.keep)
             return 0
         return check(args.installed)
     except (LockError, InvalidRequirement) as exc:

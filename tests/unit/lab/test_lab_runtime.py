@@ -45,7 +45,7 @@ def test_the_wheelhouse_lies_in_the_nfs_stand_in_and_holds_this_project(staged) 
         meta = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     # this repository's opsctl (PyPI carries an unrelated package of the same name)
     assert "training/model.py" in names and "opsctl/lab/runtime.py" in names
-    assert "Requires-Dist: torch==2.13.0" in meta.splitlines()
+    assert 'Requires-Dist: torch==2.13.0; extra == "training"' in meta.splitlines()
     assert result.wheels == len(list(result.path.glob("*.whl"))) and result.size_bytes > 100 * 2**20
 
 
