@@ -54,11 +54,23 @@ def start_ticks(pid: int) -> int | None:
 
 
 def is_running(pid: int, ticks: int | None = None) -> bool:
-    """True if `pid` is a live (non-zombie) process, and the same one when `ticks` is given."""
+    """True if `pid` is a live process, and the same one when `ticks` is given.
+
+    A zombie is dead, except a thread group leader whose main thread has left while other threads
+    still run (a daemon finishing its shutdown in a thread reads "Z" until its last thread ends)."""
     fields = _stat_fields(pid)
-    if fields is None or fields[0] in {"Z", "X"}:
+    if fields is None or fields[0] == "X" or (fields[0] == "Z" and not _other_threads(pid)):
         return False
     return ticks is None or int(fields[19]) == ticks
+
+
+def _other_threads(pid: int) -> bool:
+    """Whether `pid` has live threads besides its leader."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    return any(t != str(pid) for t in tasks)
 
 
 def rss_kib(pid: int) -> int:

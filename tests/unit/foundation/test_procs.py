@@ -75,11 +75,12 @@ def test_invalid_names_are_rejected(tmp_path: Path) -> None:
 # (slurmctld saving its state): the thread group leader reads as a zombie ("Z") in /proc while the
 # process still runs. `sim down` once returned here with slurmctld still alive.
 _LEADER_LEAVES_FIRST = """
-import ctypes, signal, threading, time
+import ctypes, os, signal, sys, threading, time
 stop = threading.Event()
 def shutdown():
     stop.wait()
-    time.sleep(1.5)
+    while not os.path.exists(sys.argv[1]):  # the test says when the shutdown work is done
+        time.sleep(0.02)
 signal.signal(signal.SIGTERM, lambda *a: stop.set())
 threading.Thread(target=shutdown).start()
 signal.pause()
@@ -96,23 +97,27 @@ def _tasks(pid: int) -> list[str]:
 
 def test_a_process_whose_main_thread_left_is_running_until_its_last_thread_ends(tmp_path: Path) -> None:
     import sys
+    import threading
     import time
 
     reg = ProcessRegistry(tmp_path / "run", tmp_path / "log")
-    info = reg.spawn("ctld", [sys.executable, "-c", _LEADER_LEAVES_FIRST])
+    done = tmp_path / "shutdown-done"
+    info = reg.spawn("ctld", [sys.executable, "-c", _LEADER_LEAVES_FIRST, str(done)])
     try:
-        for _ in range(100):  # until its shutdown thread exists
+        for _ in range(200):  # until its shutdown thread exists
             if len(_tasks(info.pid)) == 2:
                 break
             time.sleep(0.05)
         os.kill(info.pid, 15)
-        for _ in range(100):  # until the main thread has left
+        for _ in range(200):  # until the main thread has left
             if Path(f"/proc/{info.pid}/stat").read_text().split(") ")[1][0] == "Z":
                 break
-            time.sleep(0.02)
+            time.sleep(0.05)
         assert len(_tasks(info.pid)) == 2  # the leader gone, its shutdown thread still working
         assert is_running(info.pid, info.start_ticks) and reg.alive("ctld")
+        threading.Timer(1.0, done.touch).start()
         reg.stop("ctld", timeout=10.0)
-        assert _tasks(info.pid) == []  # stop returned only once the whole process was gone
+        assert done.exists() and _tasks(info.pid) == []  # stop returned once the process was gone
     finally:
+        done.touch()
         reg.stop("ctld")
