@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from diagnostics import reports
 
 from opsctl.sim.cluster import SimCluster
 
@@ -39,6 +40,7 @@ def sim_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimFactory
         cluster.up()
         return cluster
 
+    make.started = started  # type: ignore[attr-defined]  # the failure report's diagnostics read them
     try:
         yield make
     finally:
@@ -49,3 +51,14 @@ def sim_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimFactory
 @pytest.fixture(scope="session")
 def sim4(sim_factory: SimFactory) -> SimCluster:
     return sim_factory(nodes=4)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test's report ends with what explains it: the daemons of every simulated cluster
+    and the failed units of every lab among its fixtures (diagnostics.py)."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.failed and report.when in ("setup", "call"):
+        for title, text in reports(getattr(item, "funcargs", {}).values()):
+            report.sections.append((title, text))
