@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import opsctl
-from opsctl.errors import ConfigError, Refused, Unreachable
+from opsctl.errors import ConfigError, OpsctlError, Refused, Unreachable
 from opsctl.lab import connect, image, inventory, labsim, machines, net, runtime
 from opsctl.lab.config import LabConfig, Machine
 from opsctl.lab.packages import collect_packages
@@ -224,7 +224,10 @@ def down(cfg: LabConfig, inventory_dir: Path | None = None) -> list[str]:
     done = []
     procs, foreign = _ours(cfg, machines.running(cfg))
     if procs:
-        machines.stop(procs)
+        left = machines.stop(procs)
+        if left:  # never report a lab down while its machines still run
+            pids = ", ".join(map(str, left))
+            raise OpsctlError(f"lab down: machines still running after SIGKILL (pids {pids})")
         done.append(f"stopped {len(procs)} machine(s): {', '.join(p.machine for p in procs)}")
     if connect.stop_munged(cfg):
         done.append("stopped the host's lab munged")

@@ -172,32 +172,60 @@ def running(cfg: LabConfig) -> list[NspawnProcess]:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie child of ours is gone for our purposes.
+    """Running, or a zombie leader whose other threads still run; a finished zombie is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+    if stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X"):
+        return True
+    try:
+        return any(t != str(pid) for t in os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return False
+
+
+def _children(pid: int) -> list[int]:
+    """The direct children of `pid` (nspawn's: the machine's init, PID 1 of its namespace)."""
+    out: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for task in tasks:
+        with contextlib.suppress(OSError, ValueError):
+            out += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+    return out
 
 
 def stop(
-    processes: list[NspawnProcess], *, grace: float = 30, sleep: Callable[[float], None] = time.sleep
-) -> None:
-    """SIGTERM makes nspawn power the machine off cleanly; SIGKILL whatever is left after `grace`."""
+    processes: list[NspawnProcess],
+    *,
+    grace: float = 30,
+    settle: float = 15,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[int]:
+    """SIGTERM makes nspawn power the machine off cleanly; SIGKILL whatever is left after `grace`,
+    the machines' inits too (killing a PID namespace's init ends everything in it). Returns once
+    nspawn and init are gone, or after `settle` more seconds with the pids that are not."""
+    pids = [p.pid for p in processes]
+    pids += [c for p in processes for c in _children(p.pid)]  # an init can outlive its nspawn
     for p in processes:
         with contextlib.suppress(ProcessLookupError):
             os.kill(p.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(_alive(p.pid) for p in processes):
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
         sleep(0.2)
-    for p in processes:
-        if _alive(p.pid):
+    for pid in pids:
+        if _alive(pid):
             with contextlib.suppress(ProcessLookupError):
-                os.kill(p.pid, signal.SIGKILL)
-    for p in processes:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(p.pid, os.WNOHANG)
+                os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + settle
+    while True:
+        for p in processes:  # reap our own children so they do not linger as zombies
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(p.pid, os.WNOHANG)
+        left = [pid for pid in pids if _alive(pid)]
+        if not left or time.monotonic() >= deadline:
+            return left
+        sleep(0.1)

@@ -4,6 +4,7 @@ and a child that ignores SIGTERM, as a machine's init can outlive its nspawn."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -13,11 +14,10 @@ from pathlib import Path
 from opsctl.lab.machines import NspawnProcess, stop
 
 # the "nspawn": starts the "init", which ignores SIGTERM and would be reparented when nspawn dies
+_INIT = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); open(%r, 'w'); time.sleep(300)"
 _NSPAWN = """
 import signal, subprocess, sys, time
-init = subprocess.Popen([sys.executable, "-c",
-    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); open(%r, 'w').write('up'); time.sleep(300)"
-    % sys.argv[1]])
+init = subprocess.Popen([sys.executable, "-c", INIT % sys.argv[1]])
 signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
 time.sleep(300)
 """
@@ -40,7 +40,8 @@ def _children(pid: int) -> list[int]:
 
 def test_stop_returns_only_when_the_machines_init_is_gone_too(tmp_path: Path) -> None:
     ready = tmp_path / "init-up"
-    nspawn = subprocess.Popen([sys.executable, "-c", _NSPAWN, str(ready)], start_new_session=True)
+    code = f"INIT = {_INIT!r}\n{_NSPAWN}"
+    nspawn = subprocess.Popen([sys.executable, "-c", code, str(ready)], start_new_session=True)
     init = 0
     try:
         for _ in range(200):
@@ -54,8 +55,6 @@ def test_stop_returns_only_when_the_machines_init_is_gone_too(tmp_path: Path) ->
     finally:
         for pid in (nspawn.pid, init):
             if pid:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, 9)
-                except ProcessLookupError:
-                    pass
         nspawn.wait(timeout=10)
