@@ -277,3 +277,37 @@ def test_concurrent_remediation_processes_never_exceed_the_brake(sim, cfg, opsct
     finally:
         sim.set_config("guardrails", max_drain_fraction=0.10)
         sim.set_config("health", max_drains=2, max_fraction=0.10)
+
+
+def test_a_storm_holds_only_its_own_signature_and_the_xid79_node_is_drained(sim, cfg):
+    """A fabric HCA down on every node (ib-port FAIL everywhere, and ib-errors: its link_downed
+    grew, the same cause) is a storm; XID 79 on gpu-005 is not part of it: gpu-005 is drained for
+    its XID, the others are held, pass after pass. Last in the module: the link_downed increase
+    keeps ib-errors failing for the counter window after the heal, and no test follows to wait."""
+    everywhere = {"ib-port", "ib-errors"}  # one cause, two checks: each its own signature and storm
+    for node in sim.node_names:
+        monitoring.inject(sim, node, "ib_down=mlx5_0")
+    monitoring.inject(sim, "gpu-005", "xid=79,gpu=5")
+
+    def all_seen() -> bool:  # judge once Prometheus has every fault (a storm arriving across
+        codes = {  # scrapes would let its first nodes through, within the brake)
+            r.node: {v.code for v in r.problems if v.status.value == "FAIL"}
+            for r in health_pass(cfg, remediate=False).reports
+        }
+        return all(everywhere <= c for c in codes.values()) and "gpu-xid" in codes["gpu-005"]
+
+    wait_until(all_seen, timeout=40, interval=1)
+    for n in range(2):
+        result = health_pass(cfg)
+        alerts = [d for d in result.decisions if d.action == "alert"]
+        assert sorted((d.code, d.signature, d.node) for d in alerts) == [
+            ("storm", "ib-errors", "gpu-[001-008]"),
+            ("storm", "ib-port", "gpu-[001-008]"),
+        ], alerts
+        assert all("gpu-xid" not in d.why and "xid79" not in d.why for d in alerts)
+        mine = {d.node: d for d in result.decisions if d.action != "alert"}
+        want = "drain" if n == 0 else "keep"
+        assert (mine["gpu-005"].action, mine["gpu-005"].code) == (want, "gpu-xid"), mine["gpu-005"]
+        held = [d for node, d in mine.items() if node != "gpu-005"]
+        assert all(d.action == "none" and "storm" in d.why for d in held), held
+        assert slurm_reasons(sim) == {"gpu-005": "opsctl:health:gpu-xid:xid 79 gpu 5"}
