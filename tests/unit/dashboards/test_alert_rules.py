@@ -1,24 +1,31 @@
 """The alert rules load in promtool and behave as their promtool unit tests say; every alert has a
 firing test, and every test input is shaped as the emulated exporters serve that series (the
 shipped counters file's fields and labels, with the job and instance of the production scrape
-config)."""
+config), or, for the remediation service's own metrics, as the service exports them."""
 
 from __future__ import annotations
 
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from opsctl.hwsim.metrics import XID_COUNT, dcgm_families, load_collectors, node_families
 from opsctl.hwsim.state import HCA_LAYOUTS, fabric_hcas, make_node
+from opsctl.remediation.metrics import NS, RemediatorMetrics
 
 ROOT = Path(__file__).resolve().parents[3]
 ALERTS = ROOT / "dashboards" / "alerts"
 SHIPPED = ROOT / "tests" / "golden" / "production" / "dcgm-counters.csv"
+INVENTORY = ROOT / "inventory" / "production" / "hosts.yml"
+REMEDIATION_JOB = "opsctl-remediation"  # roles/prometheus/defaults/main.yml prometheus_scrape_jobs
 PROMTOOL = shutil.which("promtool")
 _SERIES = re.compile(r"^(\w+)\{(.*)\}$")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
@@ -63,6 +70,33 @@ def _emulated(name: str, labels: dict[str, str]) -> dict[str, str] | None:
     )
 
 
+def _group_hosts(group: str) -> set[str]:
+    """The hosts of a group of the production inventory, its child groups' included."""
+
+    def groups(node: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+        for name, child in (node.get("children") or {}).items():
+            yield name, child or {}
+            yield from groups(child or {})
+
+    members: dict[str, set[str]] = {}  # a group listed again as a child adds no hosts of its own
+    children: dict[str, set[str]] = {}
+    for name, entry in groups(yaml.safe_load(INVENTORY.read_text())["all"]):
+        members.setdefault(name, set()).update(entry.get("hosts") or {})
+        children.setdefault(name, set()).update(entry.get("children") or {})
+
+    def hosts(name: str) -> set[str]:
+        return members.get(name, set()).union(*(hosts(c) for c in children.get(name, set())))
+
+    return hosts(group)
+
+
+def _remediator_served() -> dict[str, set[str]]:
+    """The remediation service's samples before its first pass: name -> label names (families
+    with labels show none yet; the rules query only those without)."""
+    text = generate_latest(RemediatorMetrics().registry).decode()
+    return {s.name: set(s.labels) for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
 def _fabric(name: str, labels: dict[str, str], layout: str) -> dict[str, str]:
     """The label the prometheus role's relabelling adds (tests/unit/ansible/test_monitoring_roles.py
     applies the rendered rule): the fabric's InfiniBand families only."""
@@ -78,7 +112,16 @@ def test_inputs_are_shaped_as_the_emulator_serves_them(series: str) -> None:
     name, labels = m.group(1), dict(_LABEL.findall(m.group(2)))
     job = labels.pop("job", None)
     if name == "up":
-        assert set(labels) == {"instance"} and job in {"dcgm-exporter", "node"}, series
+        assert set(labels) == {"instance"} and job in {"dcgm-exporter", "node", REMEDIATION_JOB}, series
+        if job == REMEDIATION_JOB:
+            assert labels["instance"] in _group_hosts("remediation"), series
+        return
+    if name.startswith(f"{NS}_"):
+        # the service's own metrics, scraped by its job from a host of the remediation group
+        assert job == REMEDIATION_JOB and labels.pop("instance") in _group_hosts("remediation"), series
+        served = _remediator_served()
+        assert name in served, f"the remediation service exports no such series: {series}"
+        assert set(labels) == served[name], series
         return
     assert job == ("dcgm-exporter" if name.startswith("DCGM_") else "node"), series
     want = _emulated(name, labels)
@@ -123,5 +166,7 @@ def test_every_alert_has_a_unit_test_and_a_runbook_or_severity() -> None:
     untested = sorted(set(alerts) - tested)
     assert not untested, f"alerts without a firing unit test: {untested}"
     for name, rule in alerts.items():
-        assert rule["labels"]["severity"] in {"critical", "warning"}, name
+        # page: the alertmanager role's route to a person now (the remediation service's dead-man);
+        # anything else, critical and warning included, goes to the ticket receiver
+        assert rule["labels"]["severity"] in {"page", "critical", "warning"}, name
         assert rule["annotations"]["summary"], name
