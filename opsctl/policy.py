@@ -9,7 +9,10 @@ Rules, in order:
 
 1. Storm: when the same failure signature (check code, plus the XID for XID failures) appears on
    at least ``storm_min_nodes`` nodes and ``storm_fraction`` of the partition in one pass, the
-   checker or the fabric is suspect: raise an alert and drain none of them.
+   checker or the fabric is suspect: raise an alert naming that signature and drain nobody for it.
+   A storm holds only its own signature: a node that also FAILs outside every storm is judged by
+   those other FAILs as usual (drained for them, within the brake); one whose FAILs are all storm
+   signatures is held.
 2. Ownership: remediation resumes only its own automatic drains: a reason ``opsctl:health:...``
    that matches the latch it recorded when it drained. Operators' drains, ``opsctl drain``
    (``opsctl:manual:``) and the watcher's drains (``opsctl:watch:``) are never resumed or re-drained
@@ -355,6 +358,61 @@ def probe_verdicts(report: NodeReport, state: PolicyState, cfg: PolicyConfig, co
         report.status = Status.FAIL
 
 
+@dataclass(frozen=True)
+class Storm:
+    """One failure signature on too many nodes at once: its drains are held, and it is alerted."""
+
+    signature: str
+    nodes: tuple[str, ...]  # this pass's nodes failing it
+    threshold: int
+
+    def alert(self) -> Decision:
+        return Decision(
+            node=_fold(list(self.nodes)),
+            action="alert",
+            code="storm",
+            signature=self.signature,
+            why=f"storm: {self.signature} on {len(self.nodes)} nodes at once (>= {self.threshold}); suspect "
+            "the checker or the fabric, no drain for it",
+        )
+
+
+def storm_threshold(cfg: PolicyConfig, size: int) -> int:
+    return max(cfg.storm_min_nodes, math.ceil(cfg.storm_fraction * size))
+
+
+def find_storms(
+    failing: dict[str, list[Verdict]], drains: list[dict[str, Any]], cfg: PolicyConfig, now: float, size: int
+) -> list[Storm]:
+    """The signatures failing on at least the storm threshold of nodes in this pass, counting the
+    nodes opsctl drained for the same signature within the brake window (a storm that arrives over
+    several passes), sorted by signature."""
+    by_sig: dict[str, list[str]] = defaultdict(list)
+    for node, verdicts in sorted(failing.items()):
+        for sig in sorted({signature(v) for v in verdicts}):
+            by_sig[sig].append(node)
+    recent: dict[str, set[str]] = defaultdict(set)
+    for d in drains:
+        if now - float(d.get("time", 0)) < cfg.window_seconds and d.get("signature"):
+            recent[str(d["signature"])].add(str(d["node"]))
+    at = storm_threshold(cfg, size)
+    return [
+        Storm(sig, tuple(nodes), at)
+        for sig, nodes in sorted(by_sig.items())
+        if len(set(nodes) | recent[sig]) >= at
+    ]
+
+
+def outside_storms(verdicts: list[Verdict], stormed: set[str]) -> list[Verdict]:
+    """The failing verdicts no storm holds: a node with any is judged on them as usual."""
+    return [v for v in verdicts if signature(v) not in stormed]
+
+
+def storm_held_why(verdicts: list[Verdict]) -> str:
+    sigs = ", ".join(sorted({signature(v) for v in verdicts}))
+    return f"held: every failure is part of a storm ({sigs}; see its alert)"
+
+
 def decide(
     reports: list[NodeReport],
     slurm_nodes: dict[str, SlurmNodeView],
@@ -373,30 +431,10 @@ def decide(
         r.node: [v for v in r.verdicts if v.status is Status.FAIL] for r in reports if r.status is Status.FAIL
     }
 
-    # 1. storms: the same signature on many nodes at once
-    by_sig: dict[str, list[str]] = defaultdict(list)
-    for node, verdicts in failing.items():
-        for sig in sorted({signature(v) for v in verdicts}):
-            by_sig[sig].append(node)
-    storm_at = max(cfg.storm_min_nodes, math.ceil(cfg.storm_fraction * size))
-    storm_nodes: set[str] = set()
-    recent_by_sig: dict[str, set[str]] = defaultdict(set)
-    for d in state.drains:  # a storm that arrives over several passes counts our recent drains too
-        if now - float(d.get("time", 0)) < cfg.window_seconds and d.get("signature"):
-            recent_by_sig[str(d["signature"])].add(str(d["node"]))
-    for sig, nodes in sorted(by_sig.items()):
-        if len(set(nodes) | recent_by_sig.get(sig, set())) >= storm_at:
-            storm_nodes.update(nodes)
-            decisions.append(
-                Decision(
-                    node=_fold(nodes),
-                    action="alert",
-                    code="storm",
-                    signature=sig,
-                    why=f"storm: {sig} on {len(nodes)} nodes at once (>= {storm_at}); suspect the checker or "
-                    "the fabric, nothing drained",
-                )
-            )
+    # 1. storms: the same signature on many nodes at once; each holds only its own signature
+    storms = find_storms(failing, state.drains, cfg, now, size)
+    decisions.extend(storm.alert() for storm in storms)
+    stormed = {storm.signature for storm in storms}
 
     # 3. the brake budget for this pass: every opsctl drain in the window, health's and watch's
     recent = [d for d in state.drains if now - float(d.get("time", 0)) < cfg.window_seconds]
@@ -429,11 +467,11 @@ def decide(
 
         if status is Status.FAIL:
             state.end_streak(node)
-            worst = _worst(failing[node])
-            if node in storm_nodes:
-                decisions.append(
-                    Decision(node, "none", "part of a storm (see alert)", worst.code, "", verdict_json)
-                )
+            own = outside_storms(failing[node], stormed)  # judged as usual; the rest are the storms'
+            worst = _worst(own or failing[node])
+            if not own:
+                decisions.append(Decision(node, "none", storm_held_why(failing[node]), worst.code, "",
+                                          verdict_json))
             elif sv is None:
                 decisions.append(Decision(node, "none", "not a Slurm node", worst.code, "", verdict_json))
             elif foreign:
