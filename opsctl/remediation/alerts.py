@@ -1,9 +1,14 @@
 """Alerts to Alertmanager (its v2 API, ``POST /api/v2/alerts``).
 
-Every pass re-sends the alerts its decisions raise, each with ``endsAt`` three intervals ahead: an
-alert stays active while the condition holds and resolves by itself a few passes after it ends,
-and a service that stops leaves nothing firing forever. Sends retry a bounded number of times; an
-unreachable Alertmanager is reported to the caller (counted as an error), never fatal.
+Every pass re-sends the alerts its decisions raise, stamped when they are sent (``startsAt`` the
+send, ``endsAt`` the resolve window after it: ``[remediator] alert_resolve_after``, five minutes by
+default, never under three intervals). An alert stays active while the condition holds, however
+long a pass takes, and resolves by itself that window after the last pass that saw it; a service
+that stops leaves nothing firing for longer, and the dead-man rules
+(dashboards/alerts/opsctl-remediation.rules.yml) page about then. Stamping at the pass start
+instead made a pass longer than a few intervals post alerts Alertmanager filed as already ended.
+Sends retry a bounded number of times; an unreachable Alertmanager is reported to the caller
+(counted as an error), never fatal.
 """
 
 from __future__ import annotations
@@ -41,9 +46,10 @@ def _rfc3339(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def build_alerts(decisions: list[Decision], now: float, interval: float, *, host: str = "",
+def build_alerts(decisions: list[Decision], sent_at: float, resolve_after: float, *, host: str = "",
                  mode: str = "") -> list[dict[str, Any]]:
-    """The Alertmanager payload for the pass's alert decisions ([] when there are none)."""
+    """The Alertmanager payload for the pass's alert decisions ([] when there are none), to send at
+    ``sent_at`` (now: not the pass start) and active until ``resolve_after`` seconds later."""
     out = []
     for d in decisions:
         if d.action != "alert":
@@ -55,8 +61,8 @@ def build_alerts(decisions: list[Decision], now: float, interval: float, *, host
         annotations = {"summary": d.why}
         if host:
             annotations["source"] = f"opsctl remediator on {host}" + (f" ({mode} mode)" if mode else "")
-        out.append({"labels": labels, "annotations": annotations, "startsAt": _rfc3339(now),
-                    "endsAt": _rfc3339(now + 3 * interval)})
+        out.append({"labels": labels, "annotations": annotations, "startsAt": _rfc3339(sent_at),
+                    "endsAt": _rfc3339(sent_at + resolve_after)})
     return out
 
 

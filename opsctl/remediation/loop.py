@@ -102,7 +102,7 @@ class Remediator:
         brief = [{k: v for k, v in d.to_json().items() if k != "verdicts"} for d in shown]
         self.recent = (self.recent + [{"time": started, "mode": result.mode, **d} for d in brief
                                       if d["action"] in RECENT_ACTIONS])[-RECENT_KEPT:]
-        self._send_alerts(result, started)
+        self._send_alerts(result)
         self._after_pass(started)
         status = PassStatus(time=started, number=self.number, ok=True, duration_s=round(duration, 3),
                             interval=self.interval, mode=result.mode, paused=paused is not None,
@@ -123,10 +123,13 @@ class Remediator:
         nodes = service.resolve_nodes(ctx, None)
         return service.run_health(ctx, nodes, self.source, remediate=True, dry_run=False)
 
-    def _send_alerts(self, result: HealthResult, now: float) -> None:
+    def _send_alerts(self, result: HealthResult) -> None:
         if self.alerts is None:
             return
-        payload = build_alerts(result.decisions, now, self.interval, host=self.host, mode=result.mode)
+        # stamped now, at the send: a pass can take many intervals, and an alert whose window began
+        # at the pass start could arrive already ended
+        payload = build_alerts(result.decisions, time.time(), self.settings.resolve_window(self.interval),
+                               host=self.host, mode=result.mode)
         if not payload:
             return
         try:

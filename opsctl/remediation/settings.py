@@ -12,6 +12,12 @@ from dataclasses import dataclass, field
 from opsctl.address import split_address
 
 DEFAULT_PORT = 9105  # node_exporter is 9100, dcgm-exporter 9400, Alertmanager 9093
+# How long an alert stays active after the last send that carried it, when no pass re-sends it: the
+# service stopped, or the condition ended. Minutes, so that a slow pass (an SSH source on a large
+# fleet, a slow slurmctld) and a few failing ones never let an alert lapse while its condition
+# holds; bounded, so that a stopped service leaves nothing firing for long (the dead-man alert
+# OpsctlRemediatorDown/Stale pages about then).
+DEFAULT_RESOLVE_AFTER_S = 300.0
 
 
 @dataclass
@@ -26,6 +32,9 @@ class RemediatorSection:
     alertmanager_url: str = ""  # e.g. http://127.0.0.1:9093; "" sends no alerts
     alertmanager_timeout: float = 5.0  # seconds per attempt
     alertmanager_attempts: int = 3  # tries per pass before the send counts as an error
+    # seconds an alert stays active after its last send (endsAt = send + this, never under three
+    # intervals): it resolves this long after its condition ends or the service stops
+    alert_resolve_after: float = DEFAULT_RESOLVE_AFTER_S
 
     def validate(self) -> None:
         if not 0.1 <= self.interval <= 3600:
@@ -45,6 +54,14 @@ class RemediatorSection:
                              f"(got {self.alertmanager_timeout})")
         if not 1 <= self.alertmanager_attempts <= 10:
             raise ValueError(f"alertmanager_attempts: must be 1-10 (got {self.alertmanager_attempts})")
+        if not 60 <= self.alert_resolve_after <= 86400:
+            raise ValueError(f"alert_resolve_after: must be between 60 and 86400 seconds "
+                             f"(got {self.alert_resolve_after})")
+
+    def resolve_window(self, interval: float) -> float:
+        """Seconds from an alert's send to its endsAt: the setting, and at least three intervals so
+        that the next passes re-send it before it ends."""
+        return max(self.alert_resolve_after, 3 * interval)
 
     def metrics_host_port(self) -> tuple[str, int] | None:
         if not self.metrics_address:

@@ -19,8 +19,8 @@ pytestmark = pytest.mark.integration  # a few seconds
 def test_alerts_are_accepted_and_resolve_by_themselves(alertmanager):
     client = AlertmanagerClient(alertmanager, timeout=5, attempts=3)
     decision = Decision("gpu-[010-013]", "alert", "storm: gpu-xid:xid79 on 4 nodes at once", "storm")
-    # an interval of one second: the alert ends three seconds after this "pass"
-    client.send(build_alerts([decision], time.time(), 1.0, host="head-01", mode="apply"))
+    # a resolve window of three seconds (the service's is minutes): the alert ends soon after the send
+    client.send(build_alerts([decision], time.time(), 3.0, host="head-01", mode="apply"))
     assert client.tries == 1
 
     def ours() -> list[dict[str, object]]:
