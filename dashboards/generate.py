@@ -232,11 +232,11 @@ def infiniband() -> d.Dashboard:
              "[$__rate_interval]))", "{{instance}} {{device}} rcv", ref="B")),
         ts("Transmit wait", "Share of time ports had data but no credit to send it: congestion.",
            "percentunit",
-           q(f"sum by (instance) (rate(node_infiniband_port_transmit_wait_total{{{FABRIC}}}[$__rate_interval]))"
-             " / 1e9", "{{instance}}")),
+           q(f"sum by (instance) (rate(node_infiniband_port_transmit_wait_total{{{FABRIC}}}"
+             "[$__rate_interval])) / 1e9", "{{instance}}")),
         ts("Link recoveries and downs", "Link error recoveries and downs per hour.", "none",
-           q(f"sum by (instance, device) (increase(node_infiniband_link_error_recovery_total{{{FABRIC}}}[1h]))",
-             "{{instance}} {{device}} recovered"),
+           q(f"sum by (instance, device) (increase(node_infiniband_link_error_recovery_total{{{FABRIC}}}"
+             "[1h]))", "{{instance}} {{device}} recovered"),
            q(f"sum by (instance, device) (increase(node_infiniband_link_downed_total{{{FABRIC}}}[1h]))",
              "{{instance}} {{device}} down", ref="B")),
     ):  # fmt: skip

@@ -121,6 +121,10 @@ def test_xid_79_is_found_through_the_count_and_its_alert_reaches_alertmanager(
     )
     assert [m["url"] for m in managers] == [f"http://{lab.cfg.head.address}:{ALERTMANAGER_PORT}/api/v2/alerts"]
     assert not [a for a in alertmanager_alerts(lab) if a["labels"]["alertname"] == "GpuFatalXid"]
+    # the lab runs no remediation service: its dead-man rules are not installed (they would page)
+    rules = get_json(f"http://{lab.cfg.head.address}:{PROMETHEUS_PORT}/api/v1/rules")["data"]["groups"]
+    loaded = {r["name"] for g in rules for r in g["rules"]}
+    assert "GpuFatalXid" in loaded and not {n for n in loaded if n.startswith("OpsctlRemediator")}
 
     out = lab.opsctl("inject", "gpu-001", "xid=79,gpu=3", "--json")
     assert len(json.loads(out.stdout)["active_faults"]) == 1
