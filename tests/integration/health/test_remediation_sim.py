@@ -279,6 +279,32 @@ def test_concurrent_remediation_processes_never_exceed_the_brake(sim, cfg, opsct
         sim.set_config("health", max_drains=2, max_fraction=0.10)
 
 
+def test_xid79_past_the_drain_guardrail_is_drained_under_the_fatal_allowance(sim, cfg, run_opsctl, tmp_path):
+    """An operator's `opsctl drain` fills the guardrail (max(1, 10% of 8) = 1 node out); XID 79 on
+    another node used to be refused pass after pass and left taking jobs, never latched. A fatal
+    fault is drained under [health] fatal_max_drains past the guardrail, and latched."""
+    out = run_opsctl("--config", str(cfg), "drain", "gpu-002", "--reason", "operator hold")
+    assert out.returncode == 0, out.stderr
+    monitoring.inject(sim, "gpu-003", "xid=79,gpu=5")
+    result = wait_until(
+        lambda: (r := health_pass(cfg)) and statuses(r)["gpu-003"] == "FAIL" and r, timeout=30, interval=0.5
+    )
+    (d,) = [d for d in result.decisions if d.node == "gpu-003"]
+    assert (d.action, d.result, d.reason) == ("drain", "applied", "opsctl:health:gpu-xid:xid 79 gpu 5"), d
+    assert slurm_reasons(sim) == {"gpu-002": "opsctl:manual:operator hold",
+                                  "gpu-003": "opsctl:health:gpu-xid:xid 79 gpu 5"}
+    # drained in slurmctld: it takes no new job
+    show = subprocess.run(["scontrol", "show", "node", "gpu-003"], env=sim.env, capture_output=True,
+                          text=True, check=True).stdout
+    assert "DRAIN" in show, show
+    latch = json.loads((tmp_path / "state.json").read_text())["latches"]["gpu-003"]
+    assert latch["action"] == "reboot" and not latch.get("in_service")
+    r = health_pass(cfg)  # the next pass keeps it, and leaves the operator's drain alone
+    assert {d.node: d.action for d in r.decisions if d.node in ("gpu-002", "gpu-003")} == {
+        "gpu-002": "none", "gpu-003": "keep"}
+    monitoring.inject(sim, "gpu-003", "reboot")  # the XID is history for the next test
+
+
 def test_a_storm_holds_only_its_own_signature_and_the_xid79_node_is_drained(sim, cfg):
     """A fabric HCA down on every node (ib-port FAIL everywhere, and ib-errors: its link_downed
     grew, the same cause) is a storm; XID 79 on gpu-005 is not part of it: gpu-005 is drained for
