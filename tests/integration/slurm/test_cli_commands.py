@@ -98,6 +98,71 @@ def test_operator_drain_is_not_resumed_without_force(run_opsctl, sim: SimCluster
     assert "DRAIN" not in scontrol_node(sim, "gpu-004")
 
 
+def test_force_takes_over_a_remediation_drain_as_manual(run_opsctl, sim: SimCluster) -> None:
+    """Remediation drains gpu-003 (the real policy, latch and slurmctld); an operator's
+    `opsctl drain --force` takes it over: the reason becomes the operator's opsctl:manual: one, the
+    audit says from whom, and remediation's clean passes no longer resume it."""
+    from opsctl.checks.model import Status, Verdict
+    from opsctl.checks.runner import NodeReport
+    from opsctl.config import load_config
+    from opsctl.policy import PolicyConfig, PolicyState, act, decide
+    from opsctl.slurm import backend_from_config
+
+    backend = backend_from_config(load_config(str(sim.config_path)))
+    cfg, state, now = PolicyConfig(resume_after_clean=2), PolicyState(), 1_700_000_000.0
+
+    def health_pass(failing: bool) -> list[tuple[str, str]]:
+        nonlocal now
+        now += 30
+        reports = [NodeReport(n, Status.OK, [Verdict("ib-port", Status.OK, n, None, "up")])
+                   for n in sim.node_names]
+        if failing:  # a fault whose fix needs no proof: clean passes alone resume it
+            down = Verdict("ib-port", Status.FAIL, "gpu-003", None, "mlx5_2/1: state DOWN",
+                           {"short": "mlx5_2 state DOWN"})
+            reports[2] = NodeReport("gpu-003", Status.FAIL, [down])
+        decisions = decide(reports, {n.name: n for n in backend.nodes()}, state, cfg, now, len(reports))
+        act(decisions, backend, state, now, dry_run=False, shadow=False)
+        return [(d.node, d.action) for d in decisions if d.action not in ("none", "keep")]
+
+    assert health_pass(failing=True) == [("gpu-003", "drain")]
+    health_reason = "opsctl:health:ib-port:mlx5_2 state DOWN"
+    assert f"Reason={health_reason} [" in scontrol_node(sim, "gpu-003")
+    assert "gpu-003" in state.latches
+
+    # without --force: left to remediation, and the operator is told how to take it over
+    plain = run_opsctl("drain", "gpu-003", "--reason", "RMA 4711", env=sim.env_vars)
+    assert plain.returncode == 0, plain.stderr
+    assert "skipped gpu-003: already drained by opsctl" in plain.stdout and "--force" in plain.stdout
+    assert f"Reason={health_reason} [" in scontrol_node(sim, "gpu-003")
+
+    # --force --dry-run: says what it would take over, changes nothing
+    dry = run_opsctl("drain", "gpu-003", "--reason", "RMA 4711", "--force", "--dry-run", "--json",
+                     env=sim.env_vars)
+    assert dry.returncode == 0, dry.stderr
+    doc = json.loads(dry.stdout)
+    assert doc["result"] == "dry-run" and doc["plan"]["to_drain"] == ["gpu-003"]
+    assert doc["plan"]["taken_over"] == {"gpu-003": health_reason}
+    assert f"Reason={health_reason} [" in scontrol_node(sim, "gpu-003")
+    record = audit(sim)[-1]
+    assert record["result"] == "dry-run" and "taken over from health" in str(record["detail"])
+
+    forced = run_opsctl("drain", "gpu-003", "--reason", "RMA 4711", "--force", env=sim.env_vars)
+    assert forced.returncode == 0, forced.stderr
+    assert "drained gpu-003" in forced.stdout
+    assert f"took over gpu-003 from health: {health_reason!r}" in forced.stdout
+    assert "Reason=opsctl:manual:RMA 4711 [" in scontrol_node(sim, "gpu-003")
+    record = audit(sim)[-1]
+    assert (record["action"], record["result"], record["reason"], record["forced"]) == (
+        "drain", "applied", "opsctl:manual:RMA 4711", True)
+    assert f"gpu-003 taken over from health ({health_reason})" in str(record["detail"])
+
+    # remediation's latch no longer claims it: clean passes resume nothing, the hold stays
+    for _ in range(4):
+        assert health_pass(failing=False) == []
+    assert "gpu-003" not in state.latches
+    assert "Reason=opsctl:manual:RMA 4711 [" in scontrol_node(sim, "gpu-003")
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
