@@ -17,7 +17,7 @@ from typing import Any
 from opsctl.audit import AuditLog, AuditRecord
 from opsctl.config import GuardrailsSection
 from opsctl.errors import ConfigError, OpsctlError, Refused, UsageError
-from opsctl.model import Node, owned_reason
+from opsctl.model import Node, drain_owner, owned_reason
 from opsctl.nodeset import fold
 from opsctl.slurm.base import SlurmBackend, select_nodes
 
@@ -59,9 +59,25 @@ class DrainPlan:
     limit: int = 0
     refusal: str = ""
     forced: bool = False
+    # node -> its reason before: drains by someone else (remediation, the watcher, an operator) that
+    # --force takes over; their reason becomes this drain's opsctl:manual: one
+    taken_over: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def takeover_note(self) -> str:
+        """``gpu-003 taken over from health (opsctl:health:...)``, one per node; "" when none."""
+        return "; ".join(
+            f"{node} taken over from {previous_owner(reason)} ({reason})"
+            for node, reason in self.taken_over.items()
+        )
+
+
+def previous_owner(reason: str) -> str:
+    """Who a drain reason says made the drain: health, watch, manual, legacy (an older opsctl), or
+    "an operator" (anything else)."""
+    return drain_owner(reason) or "an operator"
 
 
 @dataclass
@@ -104,13 +120,23 @@ def plan_drain(
     plan = DrainPlan(requested=list(requested), to_drain=[], scope=scope, scope_size=len(pool), forced=force)
     newly_out = 0
     for node in targets:
-        if node.drained_by_opsctl:
+        if node.drain_owner in ("manual", "legacy"):
+            # already an operator's opsctl drain (legacy: an older opsctl's `opsctl: TEXT`)
             plan.skipped[node.name] = f"already drained by opsctl ({node.reason})"
+        elif node.drained_by_opsctl and not force:
+            # remediation's (it resumes it once the fix is proven) or the watcher's
+            plan.skipped[node.name] = (
+                f"already drained by opsctl ({node.reason}); use --force to take it over as manual"
+            )
         elif node.drain_flag and not force:
             who = f" by {node.reason_user}" if node.reason_user else ""
             plan.skipped[node.name] = f"already drained{who}: {node.reason!r} (use --force to take it over)"
         else:
             plan.to_drain.append(node.name)
+            if node.drain_flag:
+                # taken over: the manual reason replaces theirs, so remediation's latch (the exact
+                # reason it drained with) no longer matches and it never resumes the node
+                plan.taken_over[node.name] = node.reason
             if not node.out_of_service:
                 newly_out += 1
     plan.out_before = sum(1 for n in pool.values() if n.out_of_service)
@@ -160,7 +186,7 @@ def apply_drain(
     record = AuditRecord(action="drain", nodes=plan.requested, result="", reason=full_reason,
                          forced=plan.forced)
     return _apply(backend, audit, record, plan.refusal, plan.to_drain, dry_run,
-                  lambda: backend.drain(plan.to_drain, full_reason))
+                  lambda: backend.drain(plan.to_drain, full_reason), note=plan.takeover_note())
 
 
 def apply_resume(backend: SlurmBackend, audit: AuditLog, plan: ResumePlan, dry_run: bool = False) -> str:
@@ -170,7 +196,9 @@ def apply_resume(backend: SlurmBackend, audit: AuditLog, plan: ResumePlan, dry_r
 
 
 def _apply(backend: SlurmBackend, audit: AuditLog, record: AuditRecord, refusal: str,
-           targets: list[str], dry_run: bool, action: Any) -> str:
+           targets: list[str], dry_run: bool, action: Any, note: str = "") -> str:
+    """NOTE (e.g. the drains taken over) ends the detail of a dry run and of an applied action."""
+    tail = f"; {note}" if note else ""
     audit.check_writable()
     if refusal:
         record.result, record.detail = "refused", refusal
@@ -181,7 +209,7 @@ def _apply(backend: SlurmBackend, audit: AuditLog, record: AuditRecord, refusal:
         audit.append(record)
         return "noop"
     if dry_run:
-        record.result, record.detail = "dry-run", f"would {record.action} {fold(targets)}"
+        record.result, record.detail = "dry-run", f"would {record.action} {fold(targets)}{tail}"
         audit.append(record)
         return "dry-run"
     try:
@@ -190,7 +218,7 @@ def _apply(backend: SlurmBackend, audit: AuditLog, record: AuditRecord, refusal:
         record.result, record.detail = "failed", str(exc)
         audit.append(record)
         raise
-    record.result, record.detail = "applied", f"{record.action} {fold(targets)}"
+    record.result, record.detail = "applied", f"{record.action} {fold(targets)}{tail}"
     audit.append(record)
     return "applied"
 

@@ -67,14 +67,26 @@ def _print_table(found: list[Node], held: set[str]) -> None:
 
 @click.command("drain")
 @click.argument("nodeset")
-@click.option("--reason", required=True, help="Why (stored as 'opsctl: TEXT').")
+@click.option("--reason", required=True, help="Why (stored as 'opsctl:manual:TEXT').")
 @click.option("--dry-run", is_flag=True, help="Show what would be drained; change nothing.")
-@click.option("--force", is_flag=True, help="Override the blast-radius limit; take over others' drains.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Override the blast-radius limit; take over drains by others (remediation, watch, operators) "
+    "as this manual drain.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the plan and result as JSON.")
 @click.pass_context
 def drain(ctx: click.Context, nodeset: str, reason: str, dry_run: bool, force: bool, as_json: bool) -> None:
     """Drain NODESET (running jobs finish; no new ones start)."""
-    from opsctl.drain import apply_drain, plan_drain, record_rejected, validate_reason
+    from opsctl.drain import (
+        apply_drain,
+        opsctl_reason,
+        plan_drain,
+        previous_owner,
+        record_rejected,
+        validate_reason,
+    )
 
     config = _config(ctx)
     audit = AuditLog(config.audit.log)
@@ -103,7 +115,11 @@ def drain(ctx: click.Context, nodeset: str, reason: str, dry_run: bool, force: b
     if as_json:
         emit_json({"action": "drain", "result": result, "plan": plan.to_dict()})
         return
-    _report("drain", result, plan.to_drain, plan.skipped, f"reason 'opsctl: {clean_reason}'")
+    _report("drain", result, plan.to_drain, plan.skipped, f"reason {opsctl_reason(clean_reason)!r}")
+    if result in ("applied", "dry-run"):
+        verb = "took over" if result == "applied" else "would take over"
+        for name, before in plan.taken_over.items():
+            click.echo(f"  {verb} {name} from {previous_owner(before)}: {before!r}")
 
 
 @click.command("resume")
