@@ -18,7 +18,13 @@ Rules, in order:
    (``opsctl:manual:``) and the watcher's drains (``opsctl:watch:``) are never resumed or re-drained
    by it; a down node is left alone too.
 3. Brake: at most ``max_drains`` nodes, and at most ``max_fraction`` of the partition, are drained
-   by opsctl (health and watch together) per ``window_seconds``; beyond that, hold and alert.
+   by opsctl (health and watch together) per ``window_seconds``; beyond that, hold and alert. Where
+   the caller knows the room the drain guardrail leaves (``guard_room``: nodes the partition may
+   still lose, operators' drains and down nodes counted), a drain past it is held the same way.
+   Fatal: a node failing a fatal-class check (its fix is a GPU reset, a reboot or a replacement)
+   that the brake or the guardrail stops is drained under its own allowance, ``fatal_max_drains``
+   per window, counted apart; with that spent too it is latched in service (the latch remembers the
+   fix it needs after the fault clears, and drains it once there is room) and paged every pass.
 4. Latch: every drain records the action its fault needs (restart_app, reset_gpu, reboot, replace),
    the GPU (index and UUID) and the boot id. A node drained again for the same GPU (or, without a
    GPU, the same check) within ``escalate_window`` is escalated: held for a person, with an alert.
@@ -58,6 +64,10 @@ ACTIONS = ("none", "restart_app", "reset_gpu", "reboot", "replace")
 _ACTION_RANK = {a: i for i, a in enumerate(ACTIONS)}
 # recovery actions (NVML's, as evidence carries them) that ask for a reset or more
 _RESET_ASKED = {"reset", "drain_and_reset"}
+# Fault classes a node must not take work with: its GPU corrupts or loses jobs until reset, reboot or
+# repair. A FAIL of "none" or "restart_app" (a port, a mount, slurmd, throttling) is the kind a
+# checker or fabric event fakes on healthy nodes: only the brake and the guardrail apply to it.
+FATAL_ACTIONS = frozenset({"reset_gpu", "reboot", "replace"})
 
 
 def required_action(v: Verdict) -> str:
@@ -65,6 +75,10 @@ def required_action(v: Verdict) -> str:
     if isinstance(action, str) and action in _ACTION_RANK:
         return action
     return FAIL_ACTION.get(v.code, "none")
+
+
+def is_fatal(v: Verdict) -> bool:
+    return required_action(v) in FATAL_ACTIONS
 
 
 class SlurmNodeView(Protocol):
@@ -97,6 +111,7 @@ class PolicyConfig:
     shadow: bool = False
     escalate_window: float = 7 * 86400.0  # a second drain for the same GPU within this is held
     probe_hung_passes: int = 3  # a probe that times out this many passes in a row FAILs
+    fatal_max_drains: int = 2  # fatal-class drains per window past the brake and the guardrail
 
     def validate(self) -> None:
         if self.max_drains < 0 or not 0 <= self.max_fraction <= 1:
@@ -107,6 +122,8 @@ class PolicyConfig:
             raise ConfigError("health: resume_after_clean must be >= 1 and window_seconds > 0")
         if self.escalate_window < 0 or self.probe_hung_passes < 1:
             raise ConfigError("health: escalate_window must be >= 0 and probe_hung_passes >= 1")
+        if self.fatal_max_drains < 0:
+            raise ConfigError("health: fatal_max_drains must be >= 0")
 
 
 @dataclass
@@ -119,7 +136,8 @@ class Decision:
     verdicts: list[dict[str, Any]] = field(default_factory=list)
     signature: str = ""  # failure signature (storm detection across passes)
     result: str = "pending"  # pending | applied | dry-run | shadow | failed | noop | refused
-    latch: dict[str, Any] = field(default_factory=dict)  # what a drain latches (see Latch)
+    latch: dict[str, Any] = field(default_factory=dict)  # what a drain (or a fatal hold) latches
+    allowance: str = ""  # a drain's: "brake" (the brake's budget) or "fatal" (fatal_max_drains)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -139,6 +157,9 @@ class Latch:
     signature: str = ""
     reset_seen: bool = False  # the driver asked for a reset on that GPU while latched
     escalated: bool = False  # a repeat: held for a person
+    # a fatal fault no allowance could drain: the node is still in service; drained when there is
+    # room, spent by the fix's proof (or by someone else's drain)
+    in_service: bool = False
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Latch:
@@ -413,6 +434,162 @@ def storm_held_why(verdicts: list[Verdict]) -> str:
     return f"held: every failure is part of a storm ({sigs}; see its alert)"
 
 
+def brake_limit(cfg: PolicyConfig, size: int) -> int:
+    """Drains per window: ``max_drains``, and ``max_fraction`` of the partition, but never less than
+    one node (as the drain guardrails do)."""
+    return min(cfg.max_drains, max(1, math.floor(cfg.max_fraction * size)))
+
+
+def in_window(drains: list[dict[str, Any]], cfg: PolicyConfig, now: float, allowance: str) -> int:
+    """opsctl's drains inside the window that spent ``allowance``: "brake" (health's and watch's,
+    those of earlier versions included) or "fatal"."""
+    return sum(
+        1 for d in drains
+        if now - float(d.get("time", 0)) < cfg.window_seconds and (d.get("allowance") or "brake") == allowance
+    )
+
+
+@dataclass
+class Budget:
+    """What this pass may still drain: the brake's budget, the nodes the drain guardrail still lets
+    out of service (None: not known here; the guardrail itself refuses in ``act``), and the fatal
+    allowance, which fatal-class drains spend when either of the others stops them."""
+
+    brake: int
+    fatal: int
+    room: int | None = None
+
+    @classmethod
+    def start(cls, drains: list[dict[str, Any]], cfg: PolicyConfig, size: int, now: float,
+              room: int | None) -> Budget:
+        return cls(brake_limit(cfg, size) - in_window(drains, cfg, now, "brake"),
+                   cfg.fatal_max_drains - in_window(drains, cfg, now, "fatal"), room)
+
+    def take(self, fatal: bool) -> str:
+        """The allowance a drain spends ("brake", "fatal"), or "" when none is left for it."""
+        if self.brake > 0 and (self.room is None or self.room > 0):
+            self.brake -= 1
+            allowance = "brake"
+        elif fatal and self.fatal > 0:
+            self.fatal -= 1
+            allowance = "fatal"
+        else:
+            return ""
+        if self.room is not None:
+            self.room -= 1
+        return allowance
+
+    def stopped_by(self) -> str:
+        """Why a drain is not allowed now, as a hold decision says it."""
+        if self.brake <= 0:
+            return "brake: drain budget for the window is spent"
+        return ("guardrail: the partition's share out of service ([guardrails] max_drain_fraction, "
+                "operators' drains and down nodes counted) is reached")
+
+
+def take_pending(state: PolicyState, report: NodeReport, sv: SlurmNodeView | None) -> Latch | None:
+    """The node's in-service latch (a fatal fault nothing could drain), updated with this report;
+    None when there is none, or it is spent: the fix is proven, or someone drained the node (their
+    call, as with a latched drain taken over)."""
+    latch = state.latch(report.node)
+    if latch is None or not latch.in_service:
+        return None
+    _observe(latch, report)
+    proven = report.status in (Status.OK, Status.WARN) and resume_proof(latch, report)[0]
+    if proven or (sv is not None and sv.drain_flag):
+        state.latches.pop(report.node, None)
+        return None
+    state.set_latch(report.node, latch)
+    return latch
+
+
+def _drain_decision(report: NodeReport, worst: Verdict, verdict_json: list[dict[str, Any]],
+                    state: PolicyState, cfg: PolicyConfig, now: float, owner: str, allowance: str,
+                    pending: Latch | None) -> Decision:
+    """Drain ``report.node`` for ``worst``, latching its action (no lighter than a pending latch's);
+    a repeat on the same GPU (or check) within ``escalate_window`` is escalated."""
+    node = report.node
+    new = _latch_for(report, worst, now)
+    if pending is not None and _ACTION_RANK[pending.action] > _ACTION_RANK[new.action]:
+        new.action = pending.action
+    key = _repeat_key(node, new.code, new.gpu_uuid)
+    repeat = cfg.escalate_window > 0 and any(
+        d.get("key") == key and now - float(d.get("time", 0)) < cfg.escalate_window for d in state.drains
+    )
+    new.escalated = repeat
+    new.reason = drain_reason(worst, " repeat-held" if repeat else "", owner)
+    why = f"failing check; latches {new.action}"
+    if repeat:
+        why = "failing again within the escalation window: drained and held for a person"
+    if allowance == "fatal":
+        why += "; fatal-class fault past the brake or the drain guardrail: [health] fatal_max_drains"
+    return Decision(node, "drain", why, worst.code, new.reason, verdict_json, signature=signature(worst),
+                    latch=asdict(new), allowance=allowance)
+
+
+def _pending_drain(report: NodeReport, pending: Latch, verdict_json: list[dict[str, Any]], now: float,
+                   allowance: str) -> Decision:
+    """Drain a node for the fatal fault it latched in service, though it no longer shows it."""
+    latch = Latch.from_json({**asdict(pending), "time": now, "in_service": False})
+    why = f"latched {latch.action} in service (fault since cleared, fix not proven): drained now"
+    return Decision(report.node, "drain", why, latch.code, latch.reason, verdict_json,
+                    signature=latch.signature, latch=asdict(latch), allowance=allowance)
+
+
+def _fatal_hold(report: NodeReport, latch: Latch, verdict_json: list[dict[str, Any]], budget: Budget,
+                cfg: PolicyConfig) -> Decision:
+    """A fatal node nothing may drain: held in service, latched (``act`` records it) and paged."""
+    why = (f"fatal: {report.node} needs {latch.action} ({latch.reason}) and is not drained: "
+           f"{budget.stopped_by()}, and the fatal allowance ([health] fatal_max_drains "
+           f"{cfg.fatal_max_drains} per {cfg.window_seconds:.0f}s) is spent; it still takes jobs")
+    return Decision(report.node, "hold", why, latch.code, latch.reason, verdict_json,
+                    signature=latch.signature, latch=asdict(latch))
+
+
+def _in_service_latch(report: NodeReport, worst: Verdict, now: float, owner: str,
+                      pending: Latch | None) -> Latch:
+    latch = pending or _latch_for(report, worst, now)
+    if _ACTION_RANK[required_action(worst)] > _ACTION_RANK[latch.action]:
+        latch.action = required_action(worst)
+    if not latch.reason:
+        latch.reason = drain_reason(worst, owner=owner)
+    latch.in_service = True
+    return latch
+
+
+def pass_alerts(decisions: list[Decision], cfg: PolicyConfig, size: int) -> list[Decision]:
+    """The alerts a pass's drain and hold decisions raise: held nodes (brake or guardrail, a
+    ticket), each fatal node left in service (a page, every pass while it holds), fatal drains past
+    the limits (a ticket) and escalations (a page)."""
+    alerts = []
+    held = [d for d in decisions if d.action == "hold" and not d.latch]
+    if held:
+        nodes = _fold([d.node for d in held])
+        if all(d.why.startswith("brake:") for d in held):
+            why = (f"brake: {len(held)} failing node(s) not drained; limit {cfg.max_drains} nodes / "
+                   f"{cfg.max_fraction:.0%} of {size} per {cfg.window_seconds:.0f}s already reached")
+        else:
+            why = (f"brake or guardrail: {len(held)} failing node(s) not drained; the brake's budget is "
+                   "spent or the drain guardrail's share of the partition is already out of service")
+        alerts.append(Decision(node=nodes, action="alert", code="brake", why=why))
+    alerts.extend(Decision(node=d.node, action="alert", code="fatal-held", why=d.why, signature=d.signature)
+                  for d in decisions if d.action == "hold" and d.latch)
+    fatal = [d.node for d in decisions if d.action == "drain" and d.allowance == "fatal"]
+    if fatal:
+        alerts.append(Decision(
+            node=_fold(fatal), action="alert", code="fatal-drain",
+            why=f"fatal-class fault(s) drained past the brake or the drain guardrail under [health] "
+            f"fatal_max_drains ({cfg.fatal_max_drains} per {cfg.window_seconds:.0f}s): the partition "
+            "is below its usual floor until they are repaired"))
+    escalated = [d.node for d in decisions if d.action == "drain" and d.latch.get("escalated")]
+    if escalated:
+        alerts.append(Decision(
+            node=_fold(escalated), action="alert", code="escalated",
+            why=f"repeat fault within {cfg.escalate_window:.0f}s on the same GPU (or check): drained "
+            "and held; a person must repair and resume"))
+    return alerts
+
+
 def decide(
     reports: list[NodeReport],
     slurm_nodes: dict[str, SlurmNodeView],
@@ -421,10 +598,12 @@ def decide(
     now: float,
     partition_size: int | None = None,
     owner: str = "health",
+    guard_room: int | None = None,
 ) -> list[Decision]:
     """Decide for every report. ``owner`` is who drains: "health" (remediation, which latches and
     later resumes its drains) or "watch" (a run's failed nodes: drained through the same storm and
-    brake rules, never resumed automatically)."""
+    brake rules, never resumed automatically). ``guard_room``: how many more nodes the drain
+    guardrail lets out of service (None: not known; the guardrail refuses in ``act``)."""
     size = partition_size if partition_size is not None else max(len(slurm_nodes), len(reports))
     decisions: list[Decision] = []
     failing: dict[str, list[Verdict]] = {
@@ -436,18 +615,16 @@ def decide(
     decisions.extend(storm.alert() for storm in storms)
     stormed = {storm.signature for storm in storms}
 
-    # 3. the brake budget for this pass: every opsctl drain in the window, health's and watch's
-    recent = [d for d in state.drains if now - float(d.get("time", 0)) < cfg.window_seconds]
-    # as the drain guardrails do: a fraction of the partition, but never less than one node
-    budget = min(cfg.max_drains, max(1, math.floor(cfg.max_fraction * size))) - len(recent)
-    held: list[str] = []
-    escalated: list[str] = []
+    # 3. the brake budget for this pass (every opsctl drain in the window, health's and watch's), the
+    # guardrail's room, and the fatal allowance beyond both
+    budget = Budget.start(state.drains, cfg, size, now, guard_room)
 
     for report in sorted(reports, key=lambda r: r.node):
         node = report.node
         sv = slurm_nodes.get(node)
         verdict_json = [v.to_json() for v in report.problems]
-        latch = state.latch(node)
+        pending = take_pending(state, report, sv)  # a fatal fault latched in service
+        latch = None if pending is not None else state.latch(node)
         held_by = drain_owner(sv.reason) if sv is not None and sv.drain_flag else ""
         ours = latch is not None and sv is not None and sv.drain_flag and sv.reason == latch.reason
         if latch is not None and not ours:
@@ -494,30 +671,31 @@ def decide(
                 )
             elif sv.state in ("down", "future"):
                 decisions.append(Decision(node, "none", f"node is {sv.state}", worst.code, "", verdict_json))
-            elif budget <= 0:
-                held.append(node)
-                decisions.append(
-                    Decision(node, "hold", "brake: drain budget for the window is spent", worst.code,
-                             drain_reason(worst, owner=owner), verdict_json)
-                )
             else:
-                budget -= 1
-                new = _latch_for(report, worst, now)
-                key = _repeat_key(node, new.code, new.gpu_uuid)
-                repeat = cfg.escalate_window > 0 and any(
-                    d.get("key") == key and now - float(d.get("time", 0)) < cfg.escalate_window
-                    for d in state.drains
-                )
-                new.escalated = repeat
-                new.reason = drain_reason(worst, " repeat-held" if repeat else "", owner)
-                why = f"failing check; latches {new.action}"
-                if repeat:
-                    escalated.append(node)
-                    why = "failing again within the escalation window: drained and held for a person"
-                decisions.append(
-                    Decision(node, "drain", why, worst.code, new.reason, verdict_json,
-                             signature=signature(worst), latch=asdict(new))
-                )
+                fatal = owner == "health" and (is_fatal(worst) or pending is not None)
+                allowance = budget.take(fatal)
+                if allowance:
+                    decisions.append(_drain_decision(report, worst, verdict_json, state, cfg, now, owner,
+                                                     allowance, pending))
+                elif fatal:
+                    latched = _in_service_latch(report, worst, now, owner, pending)
+                    decisions.append(_fatal_hold(report, latched, verdict_json, budget, cfg))
+                else:
+                    decisions.append(Decision(node, "hold", budget.stopped_by(), worst.code,
+                                              drain_reason(worst, owner=owner), verdict_json))
+            continue
+
+        if pending is not None and sv is not None:  # cleared (or unreadable), the fix not proven
+            allowance = "" if sv.state in ("down", "future") else budget.take(True)
+            if allowance:
+                decisions.append(_pending_drain(report, pending, verdict_json, now, allowance))
+            elif sv.state in ("down", "future"):
+                decisions.append(Decision(node, "none", f"node is {sv.state}; {pending.action} latched", "",
+                                          "", verdict_json))
+            else:
+                held_why = _fatal_hold(report, pending, verdict_json, budget, cfg)
+                held_why.why += f" (fault cleared, {pending.action} not proven since)"
+                decisions.append(held_why)
             continue
 
         if status is Status.UNKNOWN:
@@ -561,35 +739,26 @@ def decide(
                 why += f"; drained by someone else, left alone ({sv.reason!r})" if sv is not None else ""
             decisions.append(Decision(node, "none", why, "", "", verdict_json))
 
-    if held:
-        decisions.append(
-            Decision(
-                node=_fold(held),
-                action="alert",
-                code="brake",
-                why=f"brake: {len(held)} failing node(s) not drained; limit {cfg.max_drains} nodes / "
-                f"{cfg.max_fraction:.0%} of {size} per {cfg.window_seconds:.0f}s already reached",
-            )
-        )
-    if escalated:
-        decisions.append(
-            Decision(
-                node=_fold(escalated),
-                action="alert",
-                code="escalated",
-                why=f"repeat fault within {cfg.escalate_window:.0f}s on the same GPU (or check): drained "
-                "and held; a person must repair and resume",
-            )
-        )
+    decisions.extend(pass_alerts(decisions, cfg, size))
     return decisions
 
 
 def record_drain(state: PolicyState, node: str, now: float, reason: str, owner: str,
-                 signature: str = "", key: str = "") -> None:
-    """Count a drain against the brake (and for escalation), whoever in opsctl made it."""
+                 signature: str = "", key: str = "", allowance: str = "brake") -> None:
+    """Count a drain against the brake, or the fatal allowance (and for escalation), whoever in
+    opsctl made it."""
     state.drains.append(
-        {"node": node, "time": now, "reason": reason, "owner": owner, "signature": signature, "key": key}
+        {"node": node, "time": now, "reason": reason, "owner": owner, "signature": signature, "key": key,
+         "allowance": allowance}
     )
+
+
+def _slurm_drain(slurm: SlurmActions, d: Decision) -> str | None:
+    """A fatal allowance drain goes past the drain guardrail where the actions enforce one
+    (``drain_past_guardrail``, GuardedSlurm's); actions without a guardrail simply drain."""
+    past = getattr(slurm, "drain_past_guardrail", None) if d.allowance == "fatal" else None
+    result: str | None = past([d.node], d.reason) if past is not None else slurm.drain([d.node], d.reason)
+    return result
 
 
 class DecisionLog:
@@ -628,6 +797,8 @@ def act(
     for d in decisions:
         if d.action not in ("drain", "resume"):
             d.result = "noop"
+            if d.action == "hold" and d.latch and not dry_run and owner == "health":
+                state.set_latch(d.node, Latch.from_json(d.latch))  # a fatal node left in service
             continue
         if dry_run or (slurm is None and not shadow):
             d.result = "dry-run"
@@ -636,14 +807,14 @@ def act(
             if shadow:
                 d.result = "shadow"
             elif slurm is not None:
-                done = slurm.drain([d.node], d.reason) if d.action == "drain" else slurm.resume([d.node])
+                done = _slurm_drain(slurm, d) if d.action == "drain" else slurm.resume([d.node])
                 d.result = done or "applied"
             if d.result not in ("applied", "shadow"):
                 continue  # nothing changed (already drained or resumed by someone): nothing to record
             if d.action == "drain":
                 latch = Latch.from_json(d.latch) if d.latch else Latch(d.reason, now, d.code, "none")
                 key = _repeat_key(d.node, latch.code, latch.gpu_uuid)
-                record_drain(state, d.node, now, d.reason, owner, d.signature, key)
+                record_drain(state, d.node, now, d.reason, owner, d.signature, key, d.allowance or "brake")
                 if owner == "health":  # only health resumes, so only health latches
                     state.set_latch(d.node, latch)
                 state.end_streak(d.node)

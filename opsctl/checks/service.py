@@ -80,13 +80,27 @@ class GuardedSlurm:
         )
 
     def drain(self, names: Sequence[str], reason: str) -> str:
+        return self._drain_nodes(names, reason, past_guardrail=False)
+
+    def drain_past_guardrail(self, names: Sequence[str], reason: str) -> str:
+        """A fatal-class drain policy allowed under ``[health] fatal_max_drains``: the partition share
+        limit does not refuse it (audited with the limit it passed); foreign drains are still never
+        taken over."""
+        return self._drain_nodes(names, reason, past_guardrail=True)
+
+    def _drain_nodes(self, names: Sequence[str], reason: str, past_guardrail: bool) -> str:
         self._audit.check_writable()
         plan = self._drain.plan_drain(
             self.backend.nodes(None), list(names), self.config.guardrails, self.config.slurm.partition
         )
-        if plan.refusal:
+        why = self.why
+        if plan.refusal and not past_guardrail:
             self._log("drain", names, "refused", reason, plan.refusal)
             raise Refused(plan.refusal)
+        if plan.refusal:
+            why += (f"; fatal-class fault drained past the drain guardrail ([health] fatal_max_drains): "
+                    f"{plan.out_after} of {plan.scope_size} nodes in {plan.scope} out, "
+                    f"the limit is {plan.limit}")
         if not plan.to_drain:
             self._log("drain", names, "noop", reason, "; ".join(plan.skipped.values()))
             return "noop"
@@ -95,7 +109,7 @@ class GuardedSlurm:
         except OpsctlError as exc:
             self._log("drain", names, "failed", reason, str(exc))
             raise
-        self._log("drain", plan.to_drain, "applied", reason, self.why)
+        self._log("drain", plan.to_drain, "applied", reason, why)
         return "applied"
 
     def resume(self, names: Sequence[str]) -> str:
@@ -273,14 +287,21 @@ def resolve_nodes(ctx: HealthContext, nodeset: str | None) -> list[str]:
     raise UsageError(f"no node set given, none in [health] nodes, and no Slurm to ask ({ctx.slurm_error})")
 
 
-def _partition_size(ctx: HealthContext, fallback: int) -> int:
+def _partition(ctx: HealthContext, fallback: int) -> tuple[int, int | None]:
+    """The partition's size, and how many more of its nodes the drain guardrail lets out of service
+    (None without Slurm or a config: the guardrail is not applied then)."""
     if ctx.slurm is None:
-        return fallback
+        return fallback, None
     partition = ctx.config.slurm.partition if ctx.config is not None else None
     nodes = ctx.slurm.nodes(None)
     if partition:
         nodes = [n for n in nodes if partition in n.partitions]
-    return len(nodes) or fallback
+    if ctx.config is None or not nodes:
+        return len(nodes) or fallback, None
+    from opsctl.drain import drain_limit
+
+    room = drain_limit(len(nodes), ctx.config.guardrails) - sum(1 for n in nodes if n.out_of_service)
+    return len(nodes), room
 
 
 @dataclass
@@ -308,7 +329,7 @@ def _shadow_view(view: dict[str, SlurmNodeView], state: PolicyState) -> dict[str
     out: dict[str, SlurmNodeView] = dict(view)
     for node, data in state.latches.items():
         real = view.get(node)
-        if real is not None and not real.drain_flag:
+        if real is not None and not real.drain_flag and not data.get("in_service"):
             out[node] = _NodeView(node, real.state, str(data.get("reason", "")), drained=True)
     return out
 
@@ -391,8 +412,8 @@ def run_health(
             view = {n: _NodeView(n) for n in nodes}
         if mode == "shadow":
             view = _shadow_view(view, state)
-        partition = _partition_size(ctx, len(nodes))
-        decisions = decide(reports, view, state, cfg, now, partition)
+        partition, room = _partition(ctx, len(nodes))
+        decisions = decide(reports, view, state, cfg, now, partition, guard_room=room)
         if h.resume_diag_level and not dry_run:
             diag_before_resume(ctx, decisions, view, now)
         actions = (

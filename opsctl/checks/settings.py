@@ -40,6 +40,9 @@ class HealthSection:
     max_drains: int = 2  # brake: drains per window ...
     max_fraction: float = 0.10  # ... and share of the partition per window
     brake_window: float = 3600.0
+    # fatal-class drains (reset/reboot/replace faults) per brake_window past the brake and the drain
+    # guardrail; beyond them a fatal node is latched in service and paged (docs/runbook.md)
+    fatal_max_drains: int = 2
     storm_min_nodes: int = 3  # same signature on this many nodes (and storm_fraction) = suspect checker
     storm_fraction: float = 0.25
     resume_after_clean: int = 3  # K consecutive clean passes before opsctl resumes its own drain
@@ -126,6 +129,7 @@ class HealthSection:
             shadow=self.shadow,
             escalate_window=self.escalate_window,
             probe_hung_passes=self.probe_hung_passes,
+            fatal_max_drains=self.fatal_max_drains,
         )
 
     def load_thresholds(self) -> Thresholds:

@@ -33,12 +33,16 @@ ALERTS: dict[str, tuple[str, str]] = {
     "brake": ("OpsctlRemediationBrakeHeld", "ticket"),
     "escalated": ("OpsctlNodeEscalated", "page"),
     "coverage": ("OpsctlRemediationRefused", "page"),
+    # a fatal-class node no allowance could drain: latched, still taking jobs (every pass it holds)
+    "fatal-held": ("OpsctlFatalNodeInService", "page"),
+    # fatal-class nodes drained past the brake or the drain guardrail ([health] fatal_max_drains)
+    "fatal-drain": ("OpsctlFatalDrainPastLimits", "ticket"),
 }
 OTHER = ("OpsctlRemediationAlert", "ticket")  # an alert code this version does not know yet
 
 
 def alert_kind(d: Decision) -> str:
-    """storm | brake | escalated | coverage: the alert decision's code."""
+    """storm | brake | escalated | coverage | fatal-held | fatal-drain: the alert decision's code."""
     return d.code
 
 

@@ -9,7 +9,6 @@ node follows the same rule, so ``count by (state)`` counts every node exactly on
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from opsctl.checks.model import Status, worst
 from opsctl.errors import ConfigError
+from opsctl.policy import brake_limit, in_window
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -48,9 +48,8 @@ def brake_from_state(drains: Iterable[dict[str, Any]], policy: PolicyConfig, par
                      now: float) -> Brake:
     """The budget policy applies: ``max_drains``, and ``max_fraction`` of the partition (never less
     than one node), per window; drains in the state file inside the window spend it."""
-    limit = min(policy.max_drains, max(1, math.floor(policy.max_fraction * partition_size)))
-    recent = sum(1 for d in drains if now - float(d.get("time", 0)) < policy.window_seconds)
-    return Brake(limit=limit, in_window=recent)
+    return Brake(limit=brake_limit(policy, partition_size),
+                 in_window=in_window(list(drains), policy, now, "brake"))  # fatal_max_drains: apart
 
 
 class RemediatorMetrics:

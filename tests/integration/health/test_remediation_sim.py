@@ -227,7 +227,8 @@ def test_watch_drain_counts_against_the_brake(sim, cfg):
     from opsctl.config import load_config
 
     sim.set_config("guardrails", max_drain_fraction=0.5)
-    sim.set_config("health", max_drains=1, max_fraction=1.0)
+    # the brake alone: a fatal fault past it has its own allowance (the fatal_allowance test)
+    sim.set_config("health", max_drains=1, max_fraction=1.0, fatal_max_drains=0)
     try:
         config = load_config(str(cfg))
         ctx = service.load_context(str(cfg))
@@ -246,14 +247,14 @@ def test_watch_drain_counts_against_the_brake(sim, cfg):
         assert "gpu-007" in drained(sim)
     finally:
         sim.set_config("guardrails", max_drain_fraction=0.10)
-        sim.set_config("health", max_drains=2, max_fraction=0.10)
+        sim.set_config("health", max_drains=2, max_fraction=0.10, fatal_max_drains=2)
 
 
 def test_concurrent_remediation_processes_never_exceed_the_brake(sim, cfg, opsctl_bin, tmp_path):
     """Four `opsctl health --remediate` processes at once, three failing nodes with different
     faults, a brake of two: exactly two drains, whatever the interleaving."""
     sim.set_config("guardrails", max_drain_fraction=0.5)
-    sim.set_config("health", max_drains=2, max_fraction=1.0)
+    sim.set_config("health", max_drains=2, max_fraction=1.0, fatal_max_drains=0)  # the brake alone
     try:
         faults = {"gpu-001": "xid=79", "gpu-004": "ecc_dbe,gpu=2", "gpu-006": "gpu_missing=1"}
         for node, fault in faults.items():
@@ -276,7 +277,7 @@ def test_concurrent_remediation_processes_never_exceed_the_brake(sim, cfg, opsct
         assert sorted(d["node"] for d in state["drains"]) == sorted(drained(sim))
     finally:
         sim.set_config("guardrails", max_drain_fraction=0.10)
-        sim.set_config("health", max_drains=2, max_fraction=0.10)
+        sim.set_config("health", max_drains=2, max_fraction=0.10, fatal_max_drains=2)
 
 
 def test_xid79_past_the_drain_guardrail_is_drained_under_the_fatal_allowance(sim, cfg, run_opsctl, tmp_path):
@@ -289,8 +290,9 @@ def test_xid79_past_the_drain_guardrail_is_drained_under_the_fatal_allowance(sim
     result = wait_until(
         lambda: (r := health_pass(cfg)) and statuses(r)["gpu-003"] == "FAIL" and r, timeout=30, interval=0.5
     )
-    (d,) = [d for d in result.decisions if d.node == "gpu-003"]
+    (d,) = [d for d in result.decisions if d.node == "gpu-003" and d.action != "alert"]
     assert (d.action, d.result, d.reason) == ("drain", "applied", "opsctl:health:gpu-xid:xid 79 gpu 5"), d
+    assert [(a.code, a.node) for a in result.decisions if a.action == "alert"] == [("fatal-drain", "gpu-003")]
     assert slurm_reasons(sim) == {"gpu-002": "opsctl:manual:operator hold",
                                   "gpu-003": "opsctl:health:gpu-xid:xid 79 gpu 5"}
     # drained in slurmctld: it takes no new job
@@ -301,7 +303,7 @@ def test_xid79_past_the_drain_guardrail_is_drained_under_the_fatal_allowance(sim
     assert latch["action"] == "reboot" and not latch.get("in_service")
     r = health_pass(cfg)  # the next pass keeps it, and leaves the operator's drain alone
     assert {d.node: d.action for d in r.decisions if d.node in ("gpu-002", "gpu-003")} == {
-        "gpu-002": "none", "gpu-003": "keep"}
+        "gpu-002": "none", "gpu-003": "keep"}, r.decisions
     monitoring.inject(sim, "gpu-003", "reboot")  # the XID is history for the next test
 
 

@@ -191,7 +191,7 @@ def test_a_person_resuming_a_latched_node_spends_the_latch():
 def test_watch_drains_share_the_brake_with_health():
     nodes = cluster(64)
     slurm = RecordingSlurm(nodes)
-    cfg = PolicyConfig(max_drains=1)
+    cfg = PolicyConfig(max_drains=1, fatal_max_drains=0)  # the brake alone
     state = PolicyState()
     failed = NodeReport("gpu-010", Status.FAIL, [Verdict("launch-node-failed", Status.FAIL, "gpu-010", None,
                                                          "slurmd dead", {"short": "slurmd dead in run r1"})])

@@ -137,17 +137,18 @@ def test_different_faults_on_several_nodes_are_not_a_storm_but_the_brake_holds()
     nodes = cluster(64)
     names = list(nodes)
     bad = {names[i]: xid(names[i], code, 0) for i, code in enumerate([79, 48, 74, 95, 119])}
-    cfg = PolicyConfig(max_drains=2, max_fraction=0.10)
+    # the brake alone: fatal faults past it have their own allowance (test_fatal_allowance.py)
+    cfg = PolicyConfig(max_drains=2, max_fraction=0.10, fatal_max_drains=0)
     ds = decide(reports(nodes, bad), nodes, PolicyState(), cfg, NOW)
     assert len(actions(ds, "drain")) == 2 and len(actions(ds, "hold")) == 3
-    (alert,) = [d for d in ds if d.action == "alert"]
-    assert alert.code == "brake"
+    # XIDs are fatal: each held node is paged by name (a non-fatal hold raises the brake's ticket)
+    assert [d.code for d in ds if d.action == "alert"] == ["fatal-held"] * 3
 
 
 def test_brake_counts_drains_across_passes_in_the_window():
     nodes = cluster(64)
     slurm = RecordingSlurm(nodes)
-    cfg = PolicyConfig(max_drains=2, window_seconds=3600)
+    cfg = PolicyConfig(max_drains=2, window_seconds=3600, fatal_max_drains=0)  # the brake alone
     state = PolicyState()
     run_pass(nodes, reports(nodes, {"gpu-001": xid("gpu-001")}), state, cfg, NOW, slurm)
     run_pass(

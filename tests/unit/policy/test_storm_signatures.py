@@ -117,7 +117,7 @@ def test_drains_outside_a_storm_count_against_the_brake():
     nodes = cluster(8)
     slurm = RecordingSlurm(nodes)
     state = PolicyState()
-    cfg = PolicyConfig(max_drains=2, max_fraction=1.0)
+    cfg = PolicyConfig(max_drains=2, max_fraction=1.0, fatal_max_drains=0)  # the brake alone
     # three different XIDs (no XID storm) under an ib-port storm on every node
     extra = {n: [xid(n, code)] for n, code in (("gpu-003", 79), ("gpu-005", 48), ("gpu-007", 94))}
     ds = decide(ib_storm(nodes, extra), nodes, state, cfg, NOW)
@@ -125,7 +125,7 @@ def test_drains_outside_a_storm_count_against_the_brake():
     assert [d.node for d in by_action(ds, "drain")] == ["gpu-003", "gpu-005"]
     (held,) = by_action(ds, "hold")
     assert held.node == "gpu-007" and held.reason.startswith("opsctl:health:gpu-xid:xid 94")
-    assert sorted(d.code for d in by_action(ds, "alert")) == ["brake", "storm"]
+    assert sorted(d.code for d in by_action(ds, "alert")) == ["fatal-held", "storm"]  # an XID: paged
     assert [n for n, _ in slurm.calls] == ["gpu-003", "gpu-005"]
     assert [d["signature"] for d in state.drains] == ["gpu-xid:xid79", "gpu-xid:xid48"]
     # the next pass: the budget is spent, gpu-007 is still held by the brake, not by the storm
