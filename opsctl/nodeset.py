@@ -8,7 +8,8 @@ so a node name can never carry text a shell or Slurm would interpret.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
@@ -85,6 +86,31 @@ def fold(names: Iterable[str]) -> str:
     if not names:
         return ""
     return str(NodeSet.fromlist(names))
+
+
+T = TypeVar("T")
+_DIGITS_RE = re.compile(r"(\d+)")
+
+
+def natural_key(name: str) -> tuple[object, ...]:
+    """gpu-2 before gpu-10: the digit runs compare as numbers (the name itself breaks ties)."""
+    parts = _DIGITS_RE.split(name)
+    return (*(int(p) if i % 2 else p for i, p in enumerate(parts)), name)
+
+
+def node_sorted(items: Iterable[T], key: Callable[[T], str] = str) -> list[T]:
+    """ITEMS (node names, or whatever KEY maps to one) in node-set order: the order ClusterShell's
+    NodeSet lists the names in, as `fold` and every hostlist expansion do (node2 before node10),
+    never string order (node1, node10, node11, node2). Names NodeSet cannot take fall back to
+    natural order; duplicates are kept."""
+    items = list(items)
+    names = [key(item) for item in items]
+    try:
+        rank = {name: i for i, name in enumerate(NodeSet.fromlist(names))}
+    except NodeSetException:
+        rank = {}
+    order = sorted(range(len(items)), key=lambda i: (rank.get(names[i], len(rank)), natural_key(names[i])))
+    return [items[i] for i in order]
 
 
 def expand(expr: str) -> list[str]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from opsctl.checks.catalogue import CATALOGUE
 from opsctl.evidence.model import Evidence, GpuEvidence
+from opsctl.nodeset import node_sorted
 
 _GpuFact = Callable[[GpuEvidence], bool]
 
@@ -115,12 +116,12 @@ class Coverage:
 
 
 def coverage(evidence: Sequence[Evidence], required: Sequence[str]) -> Coverage:
-    nodes = sorted(ev.node for ev in evidence)
+    nodes = node_sorted(ev.node for ev in evidence)
     want = set(required)
     provided = frozenset().union(*(ev.provides for ev in evidence if ev.reachable))
     checks: list[CheckCoverage] = []
     for check in CATALOGUE:
-        lacking = sorted(ev.node for ev in evidence if not has_fact(ev, check.fact))
+        lacking = node_sorted(ev.node for ev in evidence if not has_fact(ev, check.fact))
         status = "none" if len(lacking) == len(nodes) else ("some" if lacking else "all")
         checks.append(
             CheckCoverage(
@@ -134,7 +135,7 @@ def coverage(evidence: Sequence[Evidence], required: Sequence[str]) -> Coverage:
             )
         )
     modes: dict[str, list[str]] = {}
-    for ev in sorted(evidence, key=lambda e: e.node):
+    for ev in node_sorted(evidence, key=lambda e: e.node):
         mode = (ev.xid_mode or "unspecified") if ev.reachable and ev.xids is not None else "none"
         modes.setdefault(mode, []).append(ev.node)
     by_node: dict[str, list[str]] = {}

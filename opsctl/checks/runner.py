@@ -10,6 +10,7 @@ from opsctl.checks.catalogue import CATALOGUE
 from opsctl.checks.model import Status, Verdict, worst
 from opsctl.checks.thresholds import Thresholds
 from opsctl.evidence.model import Evidence
+from opsctl.nodeset import node_sorted
 
 
 @dataclass
@@ -80,4 +81,5 @@ def judge_node(ev: Evidence, th: Thresholds, now: float) -> NodeReport:
 
 
 def judge(evidence: Iterable[Evidence], th: Thresholds, now: float) -> list[NodeReport]:
-    return [judge_node(ev, th, now) for ev in sorted(evidence, key=lambda e: e.node)]
+    # node-set order (node2 before node10): the order every report, table and JSON lists nodes in
+    return [judge_node(ev, th, now) for ev in node_sorted(evidence, key=lambda e: e.node)]

@@ -283,7 +283,9 @@ def resolve_nodes(ctx: HealthContext, nodeset: str | None) -> list[str]:
     if ctx.health.nodes:
         return expand_nodes(ctx.health.nodes)
     if ctx.slurm is not None:
-        return sorted(n.name for n in ctx.slurm.nodes(None))
+        from opsctl.nodeset import node_sorted
+
+        return node_sorted(n.name for n in ctx.slurm.nodes(None))
     raise UsageError(f"no node set given, none in [health] nodes, and no Slurm to ask ({ctx.slurm_error})")
 
 
@@ -428,11 +430,25 @@ def run_health(
             shadow=mode == "shadow",
             retain_seconds=_retain(cfg),
         )
+        decisions = in_node_order(decisions)
         log.write(decisions, now, mode)
         if not dry_run:
             state.save(state_file)
     result.decisions, result.mode = decisions, mode
     return result
+
+
+def in_node_order(decisions: list[Decision]) -> list[Decision]:
+    """The per-node decisions in node-set order (node2 before node10), as the reports are; alerts
+    (storm first, brake and escalation last) keep their places. Only the listing changes: the
+    decisions were made, and acted on, in policy's own order."""
+    from opsctl.nodeset import node_sorted
+
+    slots = [i for i, d in enumerate(decisions) if d.action != "alert"]
+    out = list(decisions)
+    for i, d in zip(slots, node_sorted((decisions[i] for i in slots), key=lambda d: d.node), strict=True):
+        out[i] = d
+    return out
 
 
 def diag_before_resume(
