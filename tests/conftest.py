@@ -61,3 +61,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     # outcome independent of test order.
     if "torch" in sys.modules:
         import torch._dynamo  # noqa: F401
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Groups for pytest-xdist (`--dist loadgroup`, as `make test` runs): a module's tests run on
+    one worker, so its module-scoped clusters and renders are built once; every lab module on the
+    same worker, one after another, since labs share the bridge and its addresses."""
+    for item in items:
+        try:
+            rel = item.path.relative_to(REPO_ROOT)
+        except ValueError:
+            continue
+        group = "lab" if rel.parts[:3] == ("tests", "integration", "lab") else rel.as_posix()
+        item.add_marker(pytest.mark.xdist_group(group))
