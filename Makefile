@@ -19,12 +19,12 @@ lint: $(STAMP)
 
 # Every core: each test module (every lab module together) runs on one worker (tests/conftest.py).
 test: lint
-	PATH=$(abspath $(BIN)):$$PATH $(BIN)/pytest -n auto --dist loadgroup
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/pytest -n auto
 
 # The fast tier to run while working: lint, types and the unit tests (no daemons) on every core.
 # `make test` is the whole suite, the one CI runs.
 check: lint
-	PATH=$(abspath $(BIN)):$$PATH $(BIN)/pytest -n auto --dist loadgroup tests/unit
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/pytest -n auto tests/unit
 
 unit: $(STAMP)
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/pytest tests/unit

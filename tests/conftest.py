@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,14 +64,21 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         import torch._dynamo  # noqa: F401
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Groups for pytest-xdist (`--dist loadgroup`, as `make test` runs): a module's tests run on
-    one worker, so its module-scoped clusters and renders are built once; every lab module on the
-    same worker, one after another, since labs share the bridge and its addresses."""
-    for item in items:
-        try:
-            rel = item.path.relative_to(REPO_ROOT)
-        except ValueError:
-            continue
-        group = "lab" if rel.parts[:3] == ("tests", "integration", "lab") else rel.as_posix()
-        item.add_marker(pytest.mark.xdist_group(group))
+def xdist_scope(nodeid: str) -> str:
+    """The unit pytest-xdist schedules together (`make test`, `make check`): a test module, so its
+    module-scoped clusters and Ansible renders are built once on one worker; and every lab module
+    as one, since labs share the bridge and its addresses and must run one after another."""
+    path = nodeid.split("::", 1)[0]
+    return "lab" if path.startswith("tests/integration/lab/") else path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    # pytest 9 keeps a node's id where xdist's --dist loadgroup cannot rename it, so the grouping
+    # is a scheduler of our own: xdist's module scheduling with the lab modules as one scope.
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    return ModuleScheduling(config, log)
