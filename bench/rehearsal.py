@@ -11,8 +11,9 @@ simulated (the fault injection of `opsctl sim inject`). Scenarios and their pass
 
   xid79            XID 79 on one node: that node, and no other, drained with an opsctl:health: reason.
                    Reports injection-to-drain seconds.
-  storm            XID 79 on 20 nodes at once: at most the brake's cap drained (min(max_drains,
-                   max(1, max_fraction x nodes))), every other faulted node held with a decision that
+  storm            XID 79 on 20 nodes at once: at most the brake's cap (min(max_drains,
+                   max(1, max_fraction x nodes))) plus the fatal allowance (fatal_max_drains; XID 79 is
+                   fatal) drained before the storm is seen, every other faulted node held with a decision that
                    says why (storm or brake), a storm alert decision, and OpsctlRemediationStorm active
                    in Alertmanager.
   prometheus-down  Prometheus stopped for --prom-down-s: no node drained, `opsctl health` exits 3, the
@@ -125,7 +126,8 @@ def scenario_storm(rig: Rig, svc: Service, opts: Options) -> Outcome:
 
     health = service.load_context(str(rig.sim.config_path)).health  # the settings the service runs with
     size = len(rig.sim.node_names)
-    cap = min(health.max_drains, max(1, math.floor(health.max_fraction * size)))
+    # XID 79 is a fatal fault: past the brake's cap it may use the fatal allowance (docs/runbook.md)
+    cap = min(health.max_drains, max(1, math.floor(health.max_fraction * size))) + health.fatal_max_drains
     storm_at = max(health.storm_min_nodes, math.ceil(health.storm_fraction * size))
     names = rig.sim.node_names
     faulted = names[1 :: max(1, len(names) // STORM_NODES)][:STORM_NODES]
