@@ -64,6 +64,18 @@ def is_running(pid: int, ticks: int | None = None) -> bool:
     return ticks is None or int(fields[19]) == ticks
 
 
+def group_members(pgid: int) -> list[int]:
+    """The running processes of process group `pgid`."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(int(entry.name))
+        if fields and int(fields[2]) == pgid and is_running(int(entry.name)):
+            out.append(int(entry.name))
+    return out
+
+
 def _other_threads(pid: int) -> bool:
     """Whether `pid` has live threads besides its leader."""
     try:
@@ -154,7 +166,8 @@ class ProcessRegistry:
     def stop(self, name: str, timeout: float = 10.0) -> None:
         """SIGTERM the process group, SIGKILL what is left after `timeout`, wait, drop the pidfile."""
         info = self.info(name)
-        if info is not None and is_running(info.pid, info.start_ticks):
+        # a group outlives its leader only while it has members, so its pgid cannot have been reused
+        if info is not None and (is_running(info.pid, info.start_ticks) or group_members(info.pid)):
             _signal_group(info.pid, signal.SIGTERM)
             if not self._wait_dead(name, info, timeout):
                 _signal_group(info.pid, signal.SIGKILL)
@@ -179,12 +192,14 @@ class ProcessRegistry:
             self.stop(name, timeout=1.0)
 
     def _wait_dead(self, name: str, info: ProcInfo, timeout: float) -> bool:
+        """Until the process and every other process of its group (spawned with pgid == pid: a
+        daemon's children, a job's processes) are gone; False after `timeout`."""
         deadline = time.monotonic() + timeout
         while True:
             child = self._children.get(name)
             if child is not None:
                 child.poll()
-            if not is_running(info.pid, info.start_ticks):
+            if not is_running(info.pid, info.start_ticks) and not group_members(info.pid):
                 return True
             if time.monotonic() >= deadline:
                 return False
