@@ -46,7 +46,7 @@ import os
 import re
 import tempfile
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
@@ -54,7 +54,7 @@ from typing import Any, Protocol
 from opsctl.checks.catalogue import FAIL_ACTION
 from opsctl.checks.model import Status, Verdict
 from opsctl.checks.runner import NodeReport
-from opsctl.errors import ConfigError, Refused
+from opsctl.errors import ConfigError, OpsctlError, Refused, Unreachable
 from opsctl.model import drain_owner, owned_reason
 
 REASON_PREFIX = "opsctl:health:"
@@ -135,7 +135,9 @@ class Decision:
     reason: str = ""  # the Slurm reason a drain would set
     verdicts: list[dict[str, Any]] = field(default_factory=list)
     signature: str = ""  # failure signature (storm detection across passes)
-    result: str = "pending"  # pending | applied | dry-run | shadow | failed | noop | refused
+    # pending | applied | dry-run | shadow | failed | noop | refused; unconfirmed (a drain Slurm may
+    # have applied: its intent waits for the next pass); reconciled, dropped (that pass's verdict)
+    result: str = "pending"
     latch: dict[str, Any] = field(default_factory=dict)  # what a drain (or a fatal hold) latches
     allowance: str = ""  # a drain's: "brake" (the brake's budget) or "fatal" (fatal_max_drains)
 
@@ -180,6 +182,11 @@ class PolicyState:
     clean_seen: dict[str, float] = field(default_factory=dict)
     latches: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> Latch as JSON
     probe_timeouts: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> probe -> passes
+    # node -> DrainIntent as JSON: drains asked of Slurm and not yet confirmed (reconcile_intents)
+    intents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # drains and resumes remediation asked of Slurm, ever: a pass whose Slurm snapshot was read
+    # before another process changed Slurm reads it again under the lock
+    slurm_changes: int = 0
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> PolicyState:
@@ -194,6 +201,8 @@ class PolicyState:
                 clean_seen={str(k): float(v) for k, v in data.get("clean_seen", {}).items()},
                 latches={str(k): dict(v) for k, v in data.get("latches", {}).items()},
                 probe_timeouts={str(k): dict(v) for k, v in data.get("probe_timeouts", {}).items()},
+                intents={str(k): dict(v) for k, v in data.get("intents", {}).items()},
+                slurm_changes=int(data.get("slurm_changes", 0)),
             )
         except (OSError, ValueError, AttributeError, TypeError) as exc:
             raise ConfigError(f"health state file {p} is unreadable: {exc}") from None
@@ -781,6 +790,117 @@ class DecisionLog:
             raise ConfigError(f"health audit log {self.path} is not writable: {exc.strerror}") from None
 
 
+class ActionUnconfirmed(OpsctlError):
+    """Slurm may have applied the action though the caller cannot record it as applied (it was
+    applied and its audit line could not be written): the drain's intent waits for the next pass."""
+
+
+@dataclass
+class DrainIntent:
+    """A drain about to be asked of Slurm, saved in the state before ``scontrol`` runs. If the
+    command times out after slurmctld applied it, or its audit line or the pass's state cannot be
+    written, the next pass finds the node drained with this reason and latches it
+    (``reconcile_intents``); a node that is not drained drops it, and policy decides afresh."""
+
+    reason: str
+    time: float
+    owner: str
+    code: str = ""
+    signature: str = ""
+    allowance: str = "brake"
+    latch: dict[str, Any] = field(default_factory=dict)  # the latch the drain would set (health's)
+
+    @classmethod
+    def of(cls, d: Decision, now: float, owner: str) -> DrainIntent:
+        return cls(d.reason, now, owner, d.code, d.signature, d.allowance or "brake", dict(d.latch))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DrainIntent:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def record_intent(state: PolicyState, d: Decision, now: float, owner: str,
+                  persist: Callable[[PolicyState], None] | None) -> None:
+    """Record (and with ``persist``, save) the drain before Slurm is asked for it."""
+    state.intents[d.node] = asdict(DrainIntent.of(d, now, owner))
+    if persist is not None:
+        persist(state)
+
+
+def _record_drain_done(state: PolicyState, node: str, latch: Latch, reason: str, owner: str,
+                       signature: str, allowance: str) -> None:
+    """A drain Slurm applied: counted against its allowance, latched (health's), streak ended."""
+    key = _repeat_key(node, latch.code, latch.gpu_uuid)
+    record_drain(state, node, latch.time, reason, owner, signature, key, allowance or "brake")
+    if owner == "health":  # only health resumes, so only health latches
+        state.set_latch(node, latch)
+    state.end_streak(node)
+
+
+def reconcile_intents(state: PolicyState, slurm_nodes: Mapping[str, SlurmNodeView]) -> list[Decision]:
+    """Settle, once, the drains earlier passes asked for and never saw confirmed. A node Slurm shows
+    drained with the intent's reason was drained by us: it is latched and counted as the pass that
+    asked would have (result "reconciled"). Any other node drops its intent (result "dropped"):
+    not drained (the command never took effect; this pass's policy drains it again if it still
+    fails, within the brake), drained by someone else since, or gone from Slurm."""
+    out = []
+    for node, data in sorted(state.intents.items()):
+        intent = DrainIntent.from_json(data)
+        sv = slurm_nodes.get(node)
+        del state.intents[node]
+        if sv is not None and sv.drain_flag and sv.reason == intent.reason:
+            out.append(_reconciled(state, node, intent))
+            continue
+        if sv is None:
+            why = "not a Slurm node any more"
+        elif sv.drain_flag:
+            why = f"drained by someone else since ({sv.reason!r}): theirs"
+        else:
+            why = "Slurm shows it not drained: the drain never took effect; policy decides afresh"
+        out.append(Decision(node, "drain", f"drain intent dropped: {why}", intent.code, intent.reason,
+                            signature=intent.signature, result="dropped", allowance=intent.allowance))
+    return out
+
+
+def _reconciled(state: PolicyState, node: str, intent: DrainIntent) -> Decision:
+    latch = Latch.from_json(intent.latch) if intent.latch else Latch(intent.reason, intent.time, intent.code,
+                                                                      "none")
+    _record_drain_done(state, node, latch, intent.reason, intent.owner, intent.signature, intent.allowance)
+    why = ("reconciled: Slurm shows the drain an earlier pass asked for and never saw confirmed "
+           f"(timed out, or not recorded); latched {latch.action}" if intent.owner == "health" else
+           "reconciled: Slurm shows the drain an earlier pass asked for and never saw confirmed")
+    return Decision(node, "drain", why, intent.code, intent.reason, signature=intent.signature,
+                    result="reconciled", latch=asdict(latch) if intent.owner == "health" else {},
+                    allowance=intent.allowance)
+
+
+def _ask_slurm(slurm: SlurmActions, d: Decision, state: PolicyState, now: float, owner: str,
+               persist: Callable[[PolicyState], None] | None) -> str:
+    """Drain (its intent recorded first) or resume; the result word."""
+    if d.action == "resume":
+        return slurm.resume([d.node]) or "applied"
+    record_intent(state, d, now, owner, persist)
+    result = _slurm_drain(slurm, d) or "applied"
+    if result != "applied":
+        state.intents.pop(d.node, None)  # nothing changed (already drained by someone)
+    return result
+
+
+def _record_done(d: Decision, state: PolicyState, now: float, owner: str, shadow: bool) -> None:
+    """A drain or resume applied (or, in shadow mode, that would have been)."""
+    if not shadow:
+        state.slurm_changes += 1
+    if d.action == "drain":
+        state.intents.pop(d.node, None)
+        latch = Latch.from_json(d.latch) if d.latch else Latch(d.reason, now, d.code, "none")
+        latch.time = now
+        _record_drain_done(state, d.node, latch, d.reason, owner, d.signature, d.allowance)
+    else:
+        state.latches.pop(d.node, None)
+        state.end_streak(d.node)
+
+
 def act(
     decisions: list[Decision],
     slurm: SlurmActions | None,
@@ -791,9 +911,12 @@ def act(
     shadow: bool,
     retain_seconds: float = 7 * 86400.0,
     owner: str = "health",
+    persist: Callable[[PolicyState], None] | None = None,
 ) -> list[Decision]:
     """Carry out drain/resume decisions and record them in ``state`` (the shadow state in shadow
-    mode, where nothing else changes); dry-run records nothing."""
+    mode, where nothing else changes); dry-run records nothing. Each drain's intent is recorded in
+    ``state`` (and saved through ``persist``) before Slurm is asked: a drain whose command timed out
+    is "unconfirmed" and the next pass reconciles it (``reconcile_intents``)."""
     for d in decisions:
         if d.action not in ("drain", "resume"):
             d.result = "noop"
@@ -807,26 +930,28 @@ def act(
             if shadow:
                 d.result = "shadow"
             elif slurm is not None:
-                done = _slurm_drain(slurm, d) if d.action == "drain" else slurm.resume([d.node])
-                d.result = done or "applied"
-            if d.result not in ("applied", "shadow"):
-                continue  # nothing changed (already drained or resumed by someone): nothing to record
-            if d.action == "drain":
-                latch = Latch.from_json(d.latch) if d.latch else Latch(d.reason, now, d.code, "none")
-                key = _repeat_key(d.node, latch.code, latch.gpu_uuid)
-                record_drain(state, d.node, now, d.reason, owner, d.signature, key, d.allowance or "brake")
-                if owner == "health":  # only health resumes, so only health latches
-                    state.set_latch(d.node, latch)
-                state.end_streak(d.node)
-            else:
-                state.latches.pop(d.node, None)
-                state.end_streak(d.node)
+                d.result = _ask_slurm(slurm, d, state, now, owner, persist)
+            if d.result in ("applied", "shadow"):
+                _record_done(d, state, now, owner, shadow)
         except Refused as exc:  # the shared guardrails said no: nothing changed for this node
+            state.intents.pop(d.node, None)
             d.result = "refused"
             d.why = f"{d.why}; {exc}"[:300]
+        except (Unreachable, ActionUnconfirmed) as exc:  # Slurm may have applied it
+            _unconfirmed(d, state, exc)
         except Exception as exc:  # one node's failure must not stop the others; it is recorded
+            state.intents.pop(d.node, None)
             d.result = "failed"
             d.why = f"{d.why}; {type(exc).__name__}: {exc}"[:300]
     # forget drains older than any window we could still be asked about (brake, escalation)
     state.drains = [x for x in state.drains if now - float(x.get("time", 0)) < retain_seconds]
     return decisions
+
+
+def _unconfirmed(d: Decision, state: PolicyState, exc: Exception) -> None:
+    """No answer, or no record: Slurm may have applied the action. A drain keeps its intent for the
+    next pass to reconcile; a resume is judged again by the next pass from what Slurm shows."""
+    state.slurm_changes += 1
+    d.result = "unconfirmed" if d.action == "drain" else "failed"
+    then = "; Slurm may have applied it: the next pass latches it if so" if d.action == "drain" else ""
+    d.why = f"{d.why}; {type(exc).__name__}: {exc}{then}"[:300]

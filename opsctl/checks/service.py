@@ -15,10 +15,11 @@ from opsctl.checks.model import Status
 from opsctl.checks.runner import NodeReport, judge
 from opsctl.checks.settings import HealthSection
 from opsctl.config import Config
-from opsctl.errors import ConfigError, OpsctlError, Refused, UsageError
+from opsctl.errors import EXIT_UNKNOWN, ConfigError, OpsctlError, Refused, UsageError
 from opsctl.evidence.base import Source
 from opsctl.evidence.model import Evidence
 from opsctl.policy import (
+    ActionUnconfirmed,
     Decision,
     DecisionLog,
     PolicyConfig,
@@ -28,11 +29,14 @@ from opsctl.policy import (
     decide,
     locked,
     probe_verdicts,
+    reconcile_intents,
 )
 from opsctl.slurm.base import SlurmBackend
+from opsctl.slurm.snapshot import SlurmSnapshot
 
 if TYPE_CHECKING:
     from opsctl.evidence.ssh import SshSettings
+    from opsctl.model import Node
 
 EXIT_BY_STATUS = {"OK": 0, "WARN": 0, "FAIL": 1, "UNKNOWN": 3}
 
@@ -52,14 +56,18 @@ class GuardedSlurm:
     """Drain and resume through the shared guardrails (``opsctl.drain.plan_drain/plan_resume``:
     partition share limit, never taking over a foreign drain) and the shared audit log.
 
-    The reason is set exactly as policy made it (``opsctl:<code>:<evidence>``)."""
+    The reason is set exactly as policy made it (``opsctl:<code>:<evidence>``). The guardrails
+    count on the pass's Slurm snapshot, which each applied drain and resume updates; without one
+    (``snapshot=None``) every action reads the nodes first."""
 
-    def __init__(self, backend: SlurmBackend, config: Config, who: str = "opsctl health") -> None:
+    def __init__(self, backend: SlurmBackend, config: Config, who: str = "opsctl health",
+                 snapshot: SlurmSnapshot | None = None) -> None:
         from opsctl import drain
         from opsctl.audit import AuditLog, AuditRecord
 
         self.backend = backend
         self.config = config
+        self.snapshot = snapshot
         self._drain = drain
         self._audit = AuditLog(config.audit.log)
         self._record = AuditRecord
@@ -91,7 +99,7 @@ class GuardedSlurm:
     def _drain_nodes(self, names: Sequence[str], reason: str, past_guardrail: bool) -> str:
         self._audit.check_writable()
         plan = self._drain.plan_drain(
-            self.backend.nodes(None), list(names), self.config.guardrails, self.config.slurm.partition
+            self._nodes(), list(names), self.config.guardrails, self.config.slurm.partition
         )
         why = self.why
         if plan.refusal and not past_guardrail:
@@ -109,12 +117,34 @@ class GuardedSlurm:
         except OpsctlError as exc:
             self._log("drain", names, "failed", reason, str(exc))
             raise
-        self._log("drain", plan.to_drain, "applied", reason, why)
+        if self.snapshot is not None:
+            self.snapshot.note_drain(plan.to_drain, reason)
+        self._log_applied("drain", plan.to_drain, reason, why)
         return "applied"
+
+    def _log_applied(self, action: str, names: Sequence[str], reason: str, detail: str) -> None:
+        """The audit line of an action Slurm applied; if it cannot be written, the action is
+        unconfirmed (a drain's intent then waits for the next pass), never "failed"."""
+        try:
+            self._log(action, names, "applied", reason, detail)
+        except OpsctlError as exc:
+            raise ActionUnconfirmed(f"{action} applied in Slurm, but not audited: {exc}") from None
+
+    def reconciled(self, decisions: Sequence[Decision]) -> None:
+        """Audit what ``reconcile_intents`` settled: "reconciled" (latched) or "dropped". Nothing
+        changes in Slurm here, so an unwritable log only leaves a note in the decision."""
+        for d in decisions:
+            try:
+                self._log("drain", [d.node], d.result, d.reason, d.why)
+            except OpsctlError as exc:
+                d.why = f"{d.why}; not audited: {exc}"[:300]
+
+    def _nodes(self) -> list[Node]:
+        return self.snapshot.nodes if self.snapshot is not None else self.backend.nodes(None)
 
     def resume(self, names: Sequence[str]) -> str:
         self._audit.check_writable()
-        plan = self._drain.plan_resume(self.backend.nodes(None), list(names))
+        plan = self._drain.plan_resume(self._nodes(), list(names))
         if plan.refusal:
             self._log("resume", names, "refused", "", plan.refusal)
             raise Refused(plan.refusal)
@@ -126,7 +156,9 @@ class GuardedSlurm:
         except OpsctlError as exc:
             self._log("resume", names, "failed", "", str(exc))
             raise
-        self._log("resume", plan.to_resume, "applied", "", "clean health checks, fix proven")
+        if self.snapshot is not None:
+            self.snapshot.note_resume(plan.to_resume)
+        self._log_applied("resume", plan.to_resume, "", "clean health checks, fix proven")
         return "applied"
 
 
@@ -138,6 +170,8 @@ class HealthResult:
     decisions: list[Decision] = field(default_factory=list)
     mode: str = ""  # remediation mode: apply | dry-run | shadow ("" = no remediation)
     refusal: str = ""  # why remediation refused to act in this pass ("" when it ran)
+    # Slurm as the pass read it, with the pass's own drains and resumes applied (None: not read)
+    slurm: SlurmSnapshot | None = None
 
     @property
     def status(self) -> str:
@@ -270,34 +304,61 @@ def expand_nodes(nodeset: str) -> list[str]:
     return nodes
 
 
-def slurm_nodes(ctx: HealthContext, names: list[str] | None) -> dict[str, SlurmNodeView]:
+def read_slurm(ctx: HealthContext) -> SlurmSnapshot:
+    """One read of Slurm (nodes, and the jobs on them) for a pass, stamped with the remediation
+    state's change count as it was before the read (``fresh_slurm`` compares it under the lock)."""
     if ctx.slurm is None:
         raise ConfigError(f"remediation needs Slurm: {ctx.slurm_error or 'no Slurm backend configured'}")
-    return {n.name: n for n in ctx.slurm.nodes(names)}
+    return SlurmSnapshot.read(ctx.slurm, _read_state(ctx.health.state_file).slurm_changes)
+
+
+def fresh_slurm(ctx: HealthContext, snapshot: SlurmSnapshot | None) -> SlurmSnapshot:
+    """The pass's snapshot, under the state's lock: the one read before collecting, unless another
+    remediation process (health, the watcher) drained or resumed since; else a new read."""
+    changes = _read_state(ctx.health.state_file).slurm_changes
+    if snapshot is not None and snapshot.generation == changes:
+        return snapshot
+    return read_slurm(ctx)
+
+
+def slurm_nodes(snapshot: SlurmSnapshot, names: list[str] | None) -> dict[str, SlurmNodeView]:
+    """The named nodes of the snapshot (UsageError naming unknown ones)."""
+    return {n.name: n for n in snapshot.select(names)}
+
+
+@dataclass
+class PassNodes:
+    """The nodes a pass checks, and the Slurm read that listed them (the pass reuses it)."""
+
+    names: list[str]
+    slurm: SlurmSnapshot | None = None
+
+
+def pass_nodes(ctx: HealthContext, nodeset: str | None) -> PassNodes:
+    """The NODESET argument, else ``[health] nodes``, else every node Slurm knows (one read)."""
+    if nodeset:
+        return PassNodes(expand_nodes(nodeset))
+    if ctx.health.nodes:
+        return PassNodes(expand_nodes(ctx.health.nodes))
+    if ctx.slurm is not None:
+        from opsctl.nodeset import node_sorted
+
+        snapshot = read_slurm(ctx)
+        return PassNodes(node_sorted(snapshot.names()), snapshot)
+    raise UsageError(f"no node set given, none in [health] nodes, and no Slurm to ask ({ctx.slurm_error})")
 
 
 def resolve_nodes(ctx: HealthContext, nodeset: str | None) -> list[str]:
     """The NODESET argument, else ``[health] nodes``, else every node Slurm knows."""
-    if nodeset:
-        return expand_nodes(nodeset)
-    if ctx.health.nodes:
-        return expand_nodes(ctx.health.nodes)
-    if ctx.slurm is not None:
-        from opsctl.nodeset import node_sorted
-
-        return node_sorted(n.name for n in ctx.slurm.nodes(None))
-    raise UsageError(f"no node set given, none in [health] nodes, and no Slurm to ask ({ctx.slurm_error})")
+    return pass_nodes(ctx, nodeset).names
 
 
-def _partition(ctx: HealthContext, fallback: int) -> tuple[int, int | None]:
+def _partition(ctx: HealthContext, fallback: int, snapshot: SlurmSnapshot | None) -> tuple[int, int | None]:
     """The partition's size, and how many more of its nodes the drain guardrail lets out of service
     (None without Slurm or a config: the guardrail is not applied then)."""
-    if ctx.slurm is None:
+    if snapshot is None:
         return fallback, None
-    partition = ctx.config.slurm.partition if ctx.config is not None else None
-    nodes = ctx.slurm.nodes(None)
-    if partition:
-        nodes = [n for n in nodes if partition in n.partitions]
+    nodes = snapshot.in_partition(ctx.config.slurm.partition if ctx.config is not None else None)
     if ctx.config is None or not nodes:
         return len(nodes) or fallback, None
     from opsctl.drain import drain_limit
@@ -374,7 +435,10 @@ def run_health(
     remediate: bool = False,
     dry_run: bool = False,
     now: float | None = None,
+    slurm: SlurmSnapshot | None = None,
 ) -> HealthResult:
+    """One pass over ``nodes``. ``slurm``: the read that listed them (``pass_nodes``), reused when
+    no other remediation process changed Slurm since; a remediating pass reads Slurm once."""
     now = time.time() if now is None else now
     h = ctx.health
     thresholds = h.load_thresholds()
@@ -407,35 +471,64 @@ def run_health(
             if not dry_run:
                 state.save(state_file)
             return result
-        # Slurm is read under the lock: another process may have drained since we collected
-        if ctx.slurm is not None or not dry_run:
-            view = slurm_nodes(ctx, nodes)
-        else:  # a dry run without Slurm: show what would happen to nodes that are in service
-            view = {n: _NodeView(n) for n in nodes}
+        # Slurm as of the lock: the snapshot read before collecting, unless another process
+        # drained or resumed since (then read again)
+        snapshot = fresh_slurm(ctx, slurm) if ctx.slurm is not None or not dry_run else None
+        # (a dry run without Slurm: show what would happen to nodes that are in service)
+        view: dict[str, SlurmNodeView] = (
+            slurm_nodes(snapshot, nodes) if snapshot is not None else {n: _NodeView(n) for n in nodes})
+        actions = (GuardedSlurm(ctx.slurm, ctx.config, snapshot=snapshot)
+                   if ctx.slurm is not None and ctx.config is not None else None)
+        settled = _reconcile(state, snapshot, actions) if mode == "apply" else []
         if mode == "shadow":
             view = _shadow_view(view, state)
-        partition, room = _partition(ctx, len(nodes))
+        partition, room = _partition(ctx, len(nodes), snapshot)
         decisions = decide(reports, view, state, cfg, now, partition, guard_room=room)
-        if h.resume_diag_level and not dry_run:
-            diag_before_resume(ctx, decisions, view, now)
-        actions = (
-            GuardedSlurm(ctx.slurm, ctx.config) if ctx.slurm is not None and ctx.config is not None else None
-        )
-        act(
-            decisions,
-            actions,
-            state,
-            now,
-            dry_run=dry_run,
-            shadow=mode == "shadow",
-            retain_seconds=_retain(cfg),
-        )
-        decisions = in_node_order(decisions)
-        log.write(decisions, now, mode)
-        if not dry_run:
+        if h.resume_diag_level and not dry_run and diag_before_resume(ctx, decisions, view, now):
+            snapshot = _after_diag(ctx, actions)
+        act(decisions, actions, state, now, dry_run=dry_run, shadow=mode == "shadow",
+            retain_seconds=_retain(cfg), persist=None if dry_run else (lambda s: s.save(state_file)))
+        decisions = settled + in_node_order(decisions)
+        if not dry_run:  # saved first: the latches of applied drains outlive a failing log
             state.save(state_file)
-    result.decisions, result.mode = decisions, mode
+        _write_log(log, decisions, now, mode)
+    result.decisions, result.mode, result.slurm = decisions, mode, snapshot
     return result
+
+
+def _reconcile(state: PolicyState, snapshot: SlurmSnapshot | None,
+               actions: GuardedSlurm | None) -> list[Decision]:
+    """Settle the drain intents earlier passes left (``reconcile_intents``), audited."""
+    if snapshot is None or not state.intents:
+        return []
+    settled = reconcile_intents(state, {n.name: n for n in snapshot.nodes})
+    if actions is not None:
+        actions.reconciled(settled)
+    return settled
+
+
+def _after_diag(ctx: HealthContext, actions: GuardedSlurm | None) -> SlurmSnapshot | None:
+    """dcgmi diag held the pass for minutes: the resumes' guardrail reads Slurm again."""
+    if ctx.slurm is None:
+        return None
+    snapshot = read_slurm(ctx)
+    if actions is not None:
+        actions.snapshot = snapshot
+    return snapshot
+
+
+def _write_log(log: DecisionLog, decisions: list[Decision], now: float, mode: str) -> None:
+    """The decision log; if it cannot be written after Slurm was changed, the error says what was
+    changed (exit 3, not the "nothing applied" of a configuration error)."""
+    try:
+        log.write(decisions, now, mode)
+    except ConfigError as exc:
+        changed = [f"{d.action} {d.node} ({d.result})" for d in decisions
+                   if d.result in ("applied", "unconfirmed", "reconciled")]
+        if not changed:
+            raise
+        raise OpsctlError(f"{exc}; Slurm was changed all the same, and the state file records it: "
+                          f"{', '.join(changed)}", exit_code=EXIT_UNKNOWN) from None
 
 
 def in_node_order(decisions: list[Decision]) -> list[Decision]:
@@ -457,10 +550,11 @@ def diag_before_resume(
     view: dict[str, SlurmNodeView],
     now: float,
     source: Source | None = None,
-) -> None:
+) -> bool:
     """``[health] resume_diag_level``: before a drained node is resumed, run ``dcgmi diag -r N`` on
     it (only while it is idle: the diagnostic takes the GPUs) and keep it drained unless DCGM's
-    verdicts are clean. Turns the resume decisions it cannot confirm into ``keep``."""
+    verdicts are clean. Turns the resume decisions it cannot confirm into ``keep``. Whether a
+    diagnostic ran."""
     level = ctx.health.resume_diag_level
     resumes = [d for d in decisions if d.action == "resume"]
     idle = [d.node for d in resumes if (v := view.get(d.node)) is not None and v.state == "idle"]
@@ -468,7 +562,7 @@ def diag_before_resume(
         if d.node not in idle:
             d.action, d.why = "keep", f"{d.why}; waits for the node to be idle to run dcgmi diag -r {level}"
     if not idle:
-        return
+        return False
     if source is None:
         from opsctl.evidence.dcgm import DcgmSource
 
@@ -485,6 +579,7 @@ def diag_before_resume(
             d.action, d.why = "keep", f"{d.why}; dcgmi diag -r {level} before resume: {summary}"[:300]
         else:
             d.why = f"{d.why}; dcgmi diag -r {level} passed"
+    return True
 
 
 def _read_state(path: str) -> PolicyState:
@@ -526,21 +621,15 @@ def drain_failed_nodes(
     ]
     with locked(h.state_file):
         state = PolicyState.load(h.state_file)
-        view: dict[str, SlurmNodeView] = {n.name: n for n in backend.nodes(sorted(failed))}
-        partition = config.slurm.partition
-        every = backend.nodes(None)
-        size = len([n for n in every if not partition or partition in n.partitions]) or len(every)
+        snapshot = SlurmSnapshot.read(backend)  # one read: the view, the size, the guardrail's count
+        view = slurm_nodes(snapshot, sorted(failed))
+        size = len(snapshot.in_partition(config.slurm.partition)) or len(snapshot.nodes)
+        actions = GuardedSlurm(backend, config, who="opsctl watch", snapshot=snapshot)
+        settled = _reconcile(state, snapshot, actions)
         decisions = decide(reports, view, state, cfg, now, size, owner="watch")
-        act(
-            decisions,
-            GuardedSlurm(backend, config, who="opsctl watch"),
-            state,
-            now,
-            dry_run=False,
-            shadow=False,
-            retain_seconds=_retain(cfg),
-            owner="watch",
-        )
-        DecisionLog(h.decision_log).write(decisions, now, "apply")
+        act(decisions, actions, state, now, dry_run=False, shadow=False, retain_seconds=_retain(cfg),
+            owner="watch", persist=lambda s: s.save(h.state_file))
+        decisions = settled + decisions
         state.save(h.state_file)
+        _write_log(DecisionLog(h.decision_log), decisions, now, "apply")
     return decisions

@@ -53,7 +53,8 @@ def health(
     if show_coverage and (remediate or show_all):
         raise UsageError("--coverage reports evidence only; it takes no --remediate or --all")
     hctx = service.load_context(config_path(ctx))
-    nodes = service.resolve_nodes(hctx, nodeset)
+    targets = service.pass_nodes(hctx, nodeset)  # a Slurm read that lists them is the pass's own
+    nodes = targets.names
     src = service.make_source(hctx, source or hctx.health.source)
     if show_coverage:
         import time
@@ -66,7 +67,7 @@ def health(
         else:
             click.echo(render_text(cov, src.name))
         ctx.exit(0 if cov.ok else 1)
-    result = service.run_health(hctx, nodes, src, remediate=remediate, dry_run=dry_run)
+    result = service.run_health(hctx, nodes, src, remediate=remediate, dry_run=dry_run, slurm=targets.slurm)
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=1, sort_keys=True))
     else:

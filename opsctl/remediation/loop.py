@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from opsctl.remediation.alerts import AlertmanagerClient, build_alerts
 from opsctl.remediation.metrics import RemediatorMetrics, brake_from_state
 from opsctl.remediation.pause import read_pause
+from opsctl.remediation.scrape import interval_warning, scrape_interval
 from opsctl.remediation.settings import RemediatorSection
 from opsctl.remediation.status import (
     RECENT_ACTIONS,
@@ -103,7 +104,7 @@ class Remediator:
         self.recent = (self.recent + [{"time": started, "mode": result.mode, **d} for d in brief
                                       if d["action"] in RECENT_ACTIONS])[-RECENT_KEPT:]
         self._send_alerts(result)
-        self._after_pass(started)
+        self._after_pass(started, result.slurm.nodes if result.slurm is not None else self._read_slurm())
         status = PassStatus(time=started, number=self.number, ok=True, duration_s=round(duration, 3),
                             interval=self.interval, mode=result.mode, paused=paused is not None,
                             refusal=refusal, counts=counts, decisions=brief, recent=self.recent,
@@ -120,8 +121,9 @@ class Remediator:
         ctx = self.ctx
         if shadow:  # the operator's pause: decide, log and report, but change nothing in Slurm
             ctx = dataclasses.replace(ctx, health=dataclasses.replace(ctx.health, shadow=True))
-        nodes = service.resolve_nodes(ctx, None)
-        return service.run_health(ctx, nodes, self.source, remediate=True, dry_run=False)
+        targets = service.pass_nodes(ctx, None)  # the pass's one Slurm read, unless [health] nodes
+        return service.run_health(ctx, targets.names, self.source, remediate=True, dry_run=False,
+                                  slurm=targets.slurm)
 
     def _send_alerts(self, result: HealthResult) -> None:
         if self.alerts is None:
@@ -142,8 +144,8 @@ class Remediator:
             self.metrics.alerts_sent.labels(alert["labels"]["alertname"]).inc()
 
     def _read_slurm(self) -> list[Node] | None:
-        """Every node as Slurm shows it now, after this pass's drains and resumes; None when Slurm
-        cannot be read (logged: the pass itself ran)."""
+        """Every node as Slurm shows it now (a pass that failed, or read no Slurm); None when Slurm
+        cannot be read (logged)."""
         if self.ctx.slurm is None:
             return None
         try:
@@ -152,10 +154,9 @@ class Remediator:
             log.warning("Slurm state not read: %s: %s", type(exc).__name__, exc)
             return None
 
-    def _after_pass(self, now: float) -> None:
-        """One Slurm read feeds the node-state gauges and the brake's partition size; without it
-        the brake gauges keep their last value."""
-        listing = self._read_slurm()
+    def _after_pass(self, now: float, listing: list[Node] | None) -> None:
+        """The pass's Slurm snapshot (with its own drains and resumes) feeds the node-state gauges
+        and the brake's partition size; without one the brake gauges keep their last value."""
         self.metrics.set_slurm_states(listing)
         if listing is not None:
             self._update_brake(now, listing)
@@ -171,6 +172,21 @@ class Remediator:
             self.metrics.set_brake(brake_from_state(state.drains, ctx.health.policy(), size, now))
         except Exception as exc:  # the gauges keep their last value; the pass itself ran
             log.warning("brake state not updated: %s: %s", type(exc).__name__, exc)
+
+    def check_interval(self) -> str:
+        """Warn (once, at start) when the interval is shorter than Prometheus's scrape interval,
+        asked of Prometheus where the source reads it; the warning, "" when none."""
+        if "prometheus" not in self.ctx.health.source.split("+"):
+            return ""
+        try:
+            scrape = scrape_interval(self.ctx.prometheus_url)
+        except Exception as exc:  # unknown: nothing to compare with, and never a reason not to run
+            log.info("Prometheus's scrape interval not known: %s: %s", type(exc).__name__, exc)
+            return ""
+        warning = interval_warning(self.interval, scrape)
+        if warning:
+            log.warning("%s", warning)
+        return warning
 
     def _write_status(self, status: PassStatus) -> None:
         try:
@@ -188,6 +204,7 @@ class Remediator:
                  "%s", self.interval, self.source.name,
                  f"http://{hp[0]}:{hp[1]}/metrics" if hp else "off",
                  self.settings.alertmanager_url or "off", self.settings.pause_file)
+        self.check_interval()
         last: PassStatus | None = None
         try:
             while not stop.is_set():

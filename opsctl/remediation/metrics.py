@@ -87,8 +87,9 @@ class RemediatorMetrics:
         self.interval = Gauge(f"{NS}_interval_seconds", "Configured time between passes.", registry=r)
         self.slurm_state = Gauge(f"{NS}_slurm_node_state", "Slurm's state of each node as sinfo summarises "
                                  "it (idle, mixed, allocated, drained, draining, down; * = not "
-                                 "responding), read after the last pass: 1 on the series of the "
-                                 "current state.", ["node", "state"], registry=r)
+                                 "responding), as the last pass read it with its own drains and "
+                                 "resumes: 1 on the series of the current state.", ["node", "state"],
+                                 registry=r)
         self.passes.labels("ok")
         self.passes.labels("error")
         self.alert_errors.inc(0)

@@ -22,7 +22,9 @@ DEFAULT_RESOLVE_AFTER_S = 300.0
 
 @dataclass
 class RemediatorSection:
-    interval: float = 2.0  # seconds between the starts of two passes (fault-to-drain: scrape + this)
+    # seconds between the starts of two passes: Prometheus's scrape interval (roles/prometheus
+    # prometheus_scrape_interval, 15 s); a pass sooner re-reads the same samples (scrape.py)
+    interval: float = 15.0
     # host:port of the service's own /metrics; "" serves none
     metrics_address: str = f"127.0.0.1:{DEFAULT_PORT}"
     # present = paused: passes still run and report, drains and resumes are shadow only

@@ -307,6 +307,110 @@ def test_xid79_past_the_drain_guardrail_is_drained_under_the_fatal_allowance(sim
     monitoring.inject(sim, "gpu-003", "reboot")  # the XID is history for the next test
 
 
+class CountingRun:
+    """Wraps a CLI backend's ``run``: every Slurm command it issues, as (command, subcommand) kinds."""
+
+    def __init__(self, backend) -> None:
+        self.real = backend.run
+        self.commands: list[list[str]] = []
+        backend.run = self
+
+    def __call__(self, argv, *args, **kwargs):
+        self.commands.append(list(argv))
+        return self.real(argv, *args, **kwargs)
+
+    def kinds(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for argv in self.commands:
+            if argv[0] == "sinfo" or (argv[:4] == ["scontrol", "-d", "-o", "show"] and "node" in argv):
+                kind = "node-read"
+            elif argv[0] == "squeue" or (argv[:3] == ["scontrol", "-o", "show"] and "job" in argv):
+                kind = "job-read"
+            elif argv[:2] == ["scontrol", "update"]:
+                kind = "drain" if "State=DRAIN" in argv else "resume"
+            else:
+                kind = " ".join(argv[:2])
+            out[kind] = out.get(kind, 0) + 1
+        return out
+
+
+def test_a_remediator_pass_reads_slurm_once(sim, cfg, tmp_path):
+    """One pass of the service (the node set, the view policy decides on, the partition's size, the
+    guardrail's count before each drain, the node-state gauges after the pass) reads the nodes once
+    and the jobs once, then issues its actions: here one drain, then a pass that keeps it."""
+    from opsctl.remediation.loop import Remediator
+
+    sim.set_config("remediator", metrics_address="", pause_file=str(tmp_path / "paused.json"),
+                   status_file=str(tmp_path / "status.json"))
+    monitoring.inject(sim, "gpu-006", "xid=79,gpu=1")
+    wait_until(lambda: statuses(health_pass(cfg, remediate=False))["gpu-006"] == "FAIL", timeout=30,
+               interval=0.5)
+    service_ = Remediator(str(cfg))
+    counter = CountingRun(service_.ctx.slurm)
+    first = service_.run_pass()
+    assert first.ok, first.error
+    assert [(d["node"], d["action"], d["result"]) for d in first.decisions] == [
+        ("gpu-006", "drain", "applied")]
+    assert counter.kinds() == {"node-read": 1, "job-read": 1, "drain": 1}, counter.commands
+    counter.commands.clear()
+    second = service_.run_pass()
+    assert second.ok and second.decisions == [], second  # kept drained: nothing shown, nothing done
+    assert counter.kinds() == {"node-read": 1, "job-read": 1}, counter.commands
+    # the gauges show the drain the pass made, without reading Slurm again for them
+    assert service_.metrics.registry.get_sample_value(
+        "opsctl_remediator_slurm_node_state", {"node": "gpu-006", "state": "drained"}) == 1
+    monitoring.inject(sim, "gpu-006", "reboot")  # the XID is history for the next test
+
+
+def test_a_drain_whose_scontrol_timed_out_after_slurmctld_applied_it_is_latched_next_pass(sim, cfg, tmp_path):
+    """`scontrol update State=DRAIN` that the real slurmctld applied but whose answer never came in
+    time (a wrapper on the backend's PATH runs the real scontrol, then hangs past the command
+    timeout): the pass says "unconfirmed", not failed, with the intent saved; the next pass finds
+    the node drained with that reason and latches it ("reconciled" in the audit log), and it is
+    kept until a reboot proves the fix. It used to be recorded as failed, with no latch: drained
+    for good."""
+    from opsctl.audit import AuditLog
+    from opsctl.config import load_config
+
+    wrappers = tmp_path / "bin"
+    wrappers.mkdir()
+    wrapper = wrappers / "scontrol"
+    wrapper.write_text(f'#!/bin/sh\n"{shutil.which("scontrol")}" "$@" || exit $?\n'
+                       'case "$*" in *State=DRAIN*) exec sleep 60;; esac\n')
+    wrapper.chmod(0o755)
+    monitoring.inject(sim, "gpu-004", "xid=79,gpu=2")
+    wait_until(lambda: statuses(health_pass(cfg, remediate=False))["gpu-004"] == "FAIL", timeout=30,
+               interval=0.5)
+    ctx = service.load_context(str(cfg))
+    ctx.slurm.env["PATH"] = f"{wrappers}:{ctx.slurm.env['PATH']}"
+    ctx.slurm.timeout = 3.0
+    targets = service.pass_nodes(ctx, None)
+    first = service.run_health(ctx, targets.names, service.make_source(ctx, "prometheus"), remediate=True,
+                               slurm=targets.slurm)
+    (d,) = [d for d in first.decisions if d.node == "gpu-004"]
+    assert (d.action, d.result) == ("drain", "unconfirmed") and "timed out" in d.why, d
+    reason = d.reason
+    assert reason.startswith("opsctl:health:") and "gpu 2" in reason, reason
+    assert slurm_reasons(sim) == {"gpu-004": reason}  # slurmctld applied it all the same
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert "gpu-004" not in state["latches"] and state["intents"]["gpu-004"]["reason"] == reason
+
+    second = health_pass(cfg)  # the service's next pass, with a scontrol that answers
+    assert [(x.action, x.result) for x in second.decisions if x.node == "gpu-004"] == [
+        ("drain", "reconciled"), ("keep", "noop")], second.decisions
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["intents"] == {} and state["latches"]["gpu-004"]["action"] == "reboot"
+    audit = [(x["nodes"], x["result"]) for x in AuditLog(load_config(str(cfg)).audit.log).read()
+             if x["reason"] == reason]
+    assert audit[-2:] == [(["gpu-004"], "failed"), (["gpu-004"], "reconciled")], audit
+    assert [x.action for x in health_pass(cfg).decisions if x.node == "gpu-004"] == ["keep"]
+    # the latch is the real one: a reboot proves the fix and remediation resumes its drain
+    monitoring.inject(sim, "gpu-004", "reboot")
+    wait_until(lambda: [x for x in health_pass(cfg).decisions
+                        if x.node == "gpu-004" and x.action == "resume"], timeout=60, interval=1)
+    wait_until(lambda: "gpu-004" not in slurm_reasons(sim), timeout=30)
+
+
 def test_a_storm_holds_only_its_own_signature_and_the_xid79_node_is_drained(sim, cfg):
     """A fabric HCA down on every node (ib-port FAIL everywhere, and ib-errors: its link_downed
     grew, the same cause) is a storm; XID 79 on gpu-005 is not part of it: gpu-005 is drained for

@@ -98,7 +98,7 @@ alertmanager_url = "http://127.0.0.1:{free_port()}"
 
 def test_a_20s_pass_posts_alerts_that_end_minutes_after_the_post(tmp_path, monkeypatch):
     clock = Clock(NOW)
-    # the default interval (2 s): the pass takes ten of them
+    # the default interval (15 s): the pass takes longer than one
     service, recorder, plan = service_with(tmp_path, monkeypatch, clock, "", pass_seconds=20.0)
     plan.append([STORM])
     assert service.run_pass().ok

@@ -21,7 +21,7 @@ def section(text: str, where: Path) -> RemediatorSection:
 
 def test_defaults_and_relative_paths(tmp_path):
     s = section('[remediator]\npause_file = "run/paused.json"\n', tmp_path)
-    assert (s.interval, s.metrics_address, s.alertmanager_url) == (2.0, "127.0.0.1:9105", "")
+    assert (s.interval, s.metrics_address, s.alertmanager_url) == (15.0, "127.0.0.1:9105", "")
     assert s.pause_file == str(tmp_path / "run" / "paused.json")
     assert s.status_file == "/var/lib/opsctl/remediator-status.json"
     assert s.metrics_host_port() == ("127.0.0.1", 9105)
