@@ -124,7 +124,7 @@ def test_opsctl_toml_loads_in_opsctl_with_the_site_overrides(rendered):
     assert (r.alertmanager_url, r.metrics_address, r.interval) == (
         "http://head-01:9093",
         "0.0.0.0:9105",
-        2.0,
+        15.0,  # the scrape interval (roles/prometheus prometheus_scrape_interval)
     )
     assert r.pause_file == "/var/lib/opsctl/remediator-paused.json"
     h = cfg.section("health", HealthSection)
