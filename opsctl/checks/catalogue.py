@@ -13,6 +13,7 @@ from typing import Any
 
 from opsctl.checks.model import Status, Verdict
 from opsctl.checks.thresholds import DRAIN_CLASSES, XID_CLASSES, Thresholds
+from opsctl.checks.xid_catalogue import RECOVERY_CLASSES, XID_RECOVERY_CHANGED
 from opsctl.evidence.model import Evidence, GpuEvidence, IbPortEvidence, XidEvent
 
 CheckFn = Callable[[Evidence, Thresholds, float], list[Verdict]]
@@ -134,10 +135,12 @@ def check_xid(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
         if unplaced and (e.gpu, e.xid) in placed:
             continue  # this boot's own count of it decides
         entry = current.setdefault(
-            (e.gpu, e.xid), {"count": 0, "last": None, "cls": "ignore", "unplaced": unplaced}
+            (e.gpu, e.xid), {"count": 0, "last": None, "cls": "ignore", "unplaced": unplaced, "basis": None}
         )
         entry["count"] += e.count
-        entry["cls"] = worse_action(entry["cls"], th.xid_class(e.xid, e.message))
+        cls, basis = th.xid_class_basis(e.xid, e.message, e.recovery_action)
+        if entry["basis"] is None or worse_action(cls, entry["cls"]) != entry["cls"]:
+            entry["cls"], entry["basis"] = cls, (basis, e.recovery_action, e.recovery_from)
         if e.time is not None and (entry["last"] is None or e.time > entry["last"]):
             entry["last"] = e.time
     verdicts: list[Verdict] = []
@@ -146,6 +149,8 @@ def check_xid(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
         catalogued = th.xid_entry(xid)
         name = catalogued.name if catalogued else "not in NVIDIA's catalogue"
         where = f" on gpu {gpu}" if gpu is not None else ""
+        basis, recovery, recovery_from = entry["basis"]
+        why = _class_why(xid, basis, recovery, recovery_from, gpu)
         if cls in DRAIN_CLASSES:
             # neither drained on nor taken as healthy: the remediation policy holds on UNKNOWN
             status = Status.UNKNOWN if entry["unplaced"] else Status.FAIL
@@ -156,16 +161,21 @@ def check_xid(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
             continue
         else:
             status = Status.WARN
-        summary = f"xid {xid} {name} ({cls}){where}, {entry['count']}x [{how}]"
+        summary = f"xid {xid} {name} ({cls}{why}){where}, {entry['count']}x [{how}]"
         if status is Status.UNKNOWN and entry["unplaced"]:
             last = entry["last"]
             ago = f"{(now - last) / 60:.0f} min ago" if last is not None else "at an unknown time"
             summary = (
-                f"xid {xid} {name} ({cls}){where}, {entry['count']}x, last counted {ago};"
+                f"xid {xid} {name} ({cls}{why}){where}, {entry['count']}x, last counted {ago};"
                 f" boot time unknown, cannot tell whether it predates a reboot [{how}]"
             )
         elif status is Status.UNKNOWN:
-            summary = f"last xid {xid} {name} ({cls}){where}: an earlier fatal XID may be hidden [{how}]"
+            summary = f"last xid {xid} {name} ({cls}{why}){where}: an earlier fatal XID may be hidden [{how}]"
+        # what gave the class: the site's table, NVIDIA's catalogue, XID 154's message or the
+        # driver's recovery action (the series and value it was read from)
+        detail: dict[str, object] = {"class_from": basis}
+        if basis == "recovery_action":
+            detail |= {"recovery": recovery, "recovery_from": recovery_from}
         verdicts.append(
             _v(
                 ev,
@@ -182,9 +192,24 @@ def check_xid(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
                 last=entry["last"],
                 uuid=uuids.get(gpu, "") if gpu is not None else "",
                 mode=mode,
+                **detail,
             )
         )
     return verdicts or [_v(ev, "gpu-xid", Status.OK, f"no actionable XID in window [{how}]", mode=mode)]
+
+
+def _class_why(xid: int, basis: str, recovery: str | None, recovery_from: str, gpu: int | None) -> str:
+    """For XID 154, whose class is the action the driver names: where that action came from."""
+    if xid != XID_RECOVERY_CHANGED:
+        return ""
+    if basis == "message":
+        return ", as its message names"
+    if basis == "recovery_action":
+        return f", as the driver's recovery action says: {recovery_from} ({recovery})"
+    if basis == "site":
+        return ": the site's class"
+    on = f"gpu {gpu}" if gpu is not None else "its GPU"
+    return f": the catalogue's class; no message names the action and no recovery action is served for {on}"
 
 
 def _per_gpu(
@@ -602,16 +627,10 @@ def check_dcgm(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
 # and Response Flags"). DRAIN_P2P: "terminate all GPU processes that conduct peer-to-peer traffic ...
 # then query again, which will return one of the other actions": the node must stop taking work
 # (FAIL), but nothing is to be proven afterwards, the driver's next answer is judged on its own.
+# One table with XID 154's class when the recovery action stands in for its message
+# (xid_catalogue.RECOVERY_CLASSES): "none" asks for nothing.
 _RECOVERY: dict[str, str | None] = {
-    "none": None,
-    "reset": "reset_gpu",
-    "gpu_reset": "reset_gpu",
-    "drain_and_reset": "reset_gpu",
-    "bus_reset": "reset_gpu",
-    "reboot": "reboot",
-    "node_reboot": "reboot",
-    "system_reboot": "reboot",
-    "drain_p2p": "restart_app",
+    name: (None if cls == "ignore" else cls) for name, cls in RECOVERY_CLASSES.items()
 }
 
 

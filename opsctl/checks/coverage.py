@@ -37,6 +37,7 @@ _GPU_FACTS: dict[str, _GpuFact] = {
     "nvlink_crc": lambda g: g.nvlink_crc_per_second is not None,
     "pcie": lambda g: g.pcie_gen is not None and g.pcie_width is not None,
     "throttle": lambda g: g.thermal_throttle is not None or g.power_throttle is not None,
+    "recovery": lambda g: g.recovery_action is not None or g.reset_required is not None,
 }
 # Node-level facts.
 _NODE_FACTS: dict[str, Callable[[Evidence], bool]] = {
@@ -173,6 +174,15 @@ def render_text(cov: Coverage, source: str) -> str:
             "  last-value: only the last XID per GPU is known, so a later harmless XID hides a fatal "
             "one; remediation refuses to act (enable DCGM_EXP_XID_ERRORS_COUNT in the dcgm-exporter "
             "counters, or read the kernel log: --source prometheus+ssh)"
+        )
+    recovery = next((c for c in cov.checks if c.fact == "recovery"), None)
+    if recovery is not None and recovery.status != "all" and "prometheus" in source.split("+"):
+        where = "any node" if recovery.status == "none" else _short(recovery.lacking)
+        lines.append(
+            "  recovery action: DCGM field 1523 (DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION from DCGM 4.5, "
+            "DCGM_FI_DEV_GPU_RECOVERY_ACTION from 4.6, where dcgm-exporter's counters file lists it) "
+            f"is not served on {where}: gpu-recovery cannot judge there, and an XID 154 counted there "
+            "takes the catalogue's class (reset_gpu), not the action the driver names"
         )
     if cov.missing_required:
         lines.append(f"required checks without evidence: {', '.join(cov.missing_required)}")

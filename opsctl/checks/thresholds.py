@@ -8,7 +8,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from opsctl.checks.xid_catalogue import DRAIN_CLASSES, XID_CLASSES, XidEntry, catalogue, xid154_class
+from opsctl.checks.xid_catalogue import (
+    DRAIN_CLASSES,
+    XID_CLASSES,
+    XID_RECOVERY_CHANGED,
+    XidEntry,
+    catalogue,
+    recovery_class,
+    xid154_class,
+)
 from opsctl.errors import ConfigError
 
 __all__ = ["DRAIN_CLASSES", "XID_CLASSES", "Thresholds", "XidEntry", "load_thresholds"]
@@ -34,18 +42,30 @@ class Thresholds:
     def get(self, section: str, key: str) -> Any:
         return self.data[section][key]
 
-    def xid_class(self, xid: int, message: str = "") -> str:
+    def xid_class(self, xid: int, message: str = "", recovery: str | None = None) -> str:
         """The action class of an XID: the site's [xid.classes] entry, else NVIDIA's catalogue (for
-        XID 154, the action its message names), else [xid] default_class (unknown is fatal)."""
+        XID 154, the action its message names, else the recovery action the source serves for its
+        GPU), else [xid] default_class (unknown is fatal)."""
+        return self.xid_class_basis(xid, message, recovery)[0]
+
+    def xid_class_basis(self, xid: int, message: str = "", recovery: str | None = None) -> tuple[str, str]:
+        """The class of :meth:`xid_class` and what gave it: "site" ([xid.classes]), "message" (XID
+        154's own text), "recovery_action" (XID 154 without a message that names the action: the
+        driver's recovery action for that GPU, ``recovery``, as the same source serves it),
+        "catalogue" or "default" ([xid] default_class)."""
         site: dict[str, str] = self.data["xid"]["classes"]
         if str(xid) in site:
-            return site[str(xid)]
-        if xid == 154 and message:
-            named = xid154_class(message)
+            return site[str(xid)], "site"
+        if xid == XID_RECOVERY_CHANGED:
+            named = xid154_class(message) if message else None
             if named is not None:
-                return named
+                return named, "message"
+            if recovery is not None:
+                return recovery_class(recovery), "recovery_action"
         entry = catalogue().get(xid)
-        return entry.cls if entry is not None else str(self.data["xid"]["default_class"])
+        if entry is not None:
+            return entry.cls, "catalogue"
+        return str(self.data["xid"]["default_class"]), "default"
 
     def xid_entry(self, xid: int) -> XidEntry | None:
         """NVIDIA's catalogue row (mnemonic, published bucket, note) for evidence and docs."""

@@ -31,6 +31,23 @@ XID154_LABELS = {
     "gpu reset required": "reset_gpu",
     "node reboot required": "reboot",
 }
+XID_RECOVERY_CHANGED = 154
+# The same actions by the names evidence carries them (NVML nvmlDeviceGpuRecoveryAction_t as DCGM
+# field 1523 serves it, opsctl/evidence/prometheus.py RECOVERY_ACTIONS; nvidia-smi's "GPU Reset
+# Status" flags, opsctl/evidence/convert.py), each with the class of the XID 154 label that names it:
+# 0x0 None, 0x1 GPU Reset Required, 0x2 Node Reboot Required, 0x3 Drain P2P, 0x4 Drain and Reset.
+# The gpu-recovery check judges the same table. An action not listed is fatal: reboot.
+RECOVERY_CLASSES = {
+    "none": "ignore",
+    "reset": "reset_gpu",
+    "gpu_reset": "reset_gpu",
+    "drain_and_reset": "reset_gpu",
+    "bus_reset": "reset_gpu",
+    "reboot": "reboot",
+    "node_reboot": "reboot",
+    "system_reboot": "reboot",
+    "drain_p2p": "restart_app",
+}
 
 
 @dataclass(frozen=True)
@@ -89,3 +106,8 @@ def xid154_class(message: str) -> str | None:
     if not m:
         return None
     return XID154_LABELS.get(m.group(1).strip().lower())
+
+
+def recovery_class(action: str) -> str:
+    """The class of the recovery action the driver asks for (an evidence name); unknown: reboot."""
+    return RECOVERY_CLASSES.get(action.strip().lower(), "reboot")

@@ -46,6 +46,12 @@ class XidEvent:
     # so True places it in the current boot even when that boot's start is unknown; False leaves
     # it unplaced then. None: the source cannot say (a log line, a last-value gauge).
     counted_now: bool | None = None
+    # XID 154 ("GPU recovery action changed") from a source without its message (an exporter's
+    # count or last value): the recovery action the same source serves for that GPU now (the
+    # evidence name, GpuEvidence.recovery_action) and the series and value it read ("<name>=2");
+    # the XID takes its class from it. None: the source serves no recovery action for that GPU.
+    recovery_action: str | None = None
+    recovery_from: str = ""
 
 
 @dataclass

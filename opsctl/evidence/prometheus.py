@@ -37,6 +37,9 @@ XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"  # per-XID count within the exporter's w
 XID_LAST = "DCGM_FI_DEV_XID_ERRORS"  # value of the LAST XID only; used when the count is absent
 # DCGM field 1523: named ..._GET_GPU_RECOVERY_ACTION in DCGM 4.5, ..._GPU_RECOVERY_ACTION from 4.6
 RECOVERY_GAUGES = ("DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION", "DCGM_FI_DEV_GPU_RECOVERY_ACTION")
+# "GPU recovery action changed": its class is the action it names, which only its message says; here
+# the XID carries the action field 1523 serves for its GPU instead (where the exporter serves it)
+XID_RECOVERY_CHANGED = 154
 BOOT_METRIC = "node_boot_time_seconds"  # node_exporter's stat collector: /proc/stat btime
 XID_STEP_SECONDS = 5  # resolution of an XID's last-counted time (about the scrape interval)
 GAUGES = (
@@ -311,6 +314,8 @@ def build_evidence(
         elif XID_LAST in have:
             ev.xid_mode = "last-value"
             ev.xids = _last_xids(gauges[node])
+        if ev.xids:
+            _attach_recovery(ev.xids, ev.gpus, by_gauge)
         # node_exporter's families, per node: absent (its exporter down) is None, not "no port"
         if "node_infiniband_state_id" in have:
             with_counters = any(k in have for k in COUNTERS if k.startswith("node_infiniband"))
@@ -373,6 +378,8 @@ def _provides(families: set[str]) -> frozenset[str]:
         "throttle": REASON_GAUGES,
         "ib": ("node_infiniband_state_id",),
         "ib_errors": tuple(k for k in COUNTERS if k.startswith("node_infiniband")),
+        # field 1523: DCGM >= 4.5 and a counters file that lists it (the pinned DCGM 3.3 has none)
+        "recovery": RECOVERY_GAUGES,
     }
     for fact, names in rules.items():
         if families.intersection(names):
@@ -468,6 +475,21 @@ def _counted_xids(
             )
         )
     return sorted(out, key=lambda e: (e.gpu if e.gpu is not None else -1, e.xid))
+
+
+def _attach_recovery(xids: list[XidEvent], gpus: list[GpuEvidence], g: _ByGpu) -> None:
+    """XID 154 comes without its message here: give each the recovery action the exporter serves
+    for its GPU now, and the series and value it is read from. None where that GPU has no such
+    series (no DCGM 4.5, or a counters file without the field): the check falls back to the
+    catalogue's class, and says so."""
+    name = g.either(*RECOVERY_GAUGES)
+    actions = {x.index: x.recovery_action for x in gpus}
+    for e in xids:
+        if e.xid != XID_RECOVERY_CHANGED or e.gpu is None:
+            continue
+        action, value = actions.get(e.gpu), g.max(name, e.gpu)
+        if action is not None and value is not None:
+            e.recovery_action, e.recovery_from = action, f"{name}={int(value)}"
 
 
 def _mark_counted_now(xids: list[XidEvent], scraped: float, lag: float) -> None:

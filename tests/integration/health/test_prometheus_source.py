@@ -159,14 +159,21 @@ def test_an_xid_older_than_the_exporter_window_but_inside_the_policy_window_stil
     # dcgm-exporter's own window (10 s) lets go of it: the exporter now serves the zero series only
     wait_until(lambda: not instant(sim, counted), timeout=40, interval=1)
     assert instant(sim, 'DCGM_EXP_XID_ERRORS_COUNT{Hostname="gpu-003",gpu="5"}')[0]["value"][1] == "0"
-    assert problems(sim)["gpu-003"] == ("FAIL", ["gpu-xid:FAIL"])
+    # the recovery check runs on this source where the exporter serves field 1523 (DCGM 4.5): the
+    # GPU off the bus has the driver ask for a node reboot
+    assert problems(sim)["gpu-003"] == ("FAIL", ["gpu-recovery:FAIL", "gpu-xid:FAIL"])
     (e,) = evidence(sim, "gpu-003").xids or []
     assert (e.xid, e.gpu, e.count) == (79, 5, 1)
     # stamped with the last scrape that still counted it: after the event, within the exporter window
     assert e.time is not None and t0 <= e.time <= t0 + XID_WINDOW_MS / 1000 + 10
-    # a policy window shorter than the time since then has nothing: the window is what decides
+    # a policy window shorter than the time since then has no XID: the window is what decides; the
+    # driver still asks for the reboot, whatever the window
     time.sleep(max(0.0, e.time + 6 - time.time()))
-    assert problems(sim, xid_window_seconds=5)["gpu-003"] == ("OK", [])
+    th = HealthSection(ib_devices=FABRIC).load_thresholds()
+    (report,) = judge(source(sim, xid_window_seconds=5).collect(["gpu-003"], time.time()), th, time.time())
+    assert [(v.code, v.status.value, v.gpu, v.evidence.get("action")) for v in report.problems] == [
+        ("gpu-recovery", "FAIL", 5, "reboot")
+    ]
 
 
 def test_a_reboot_is_a_new_boot_id_and_clears_the_recovery_action(healed: SimCluster) -> None:
@@ -224,6 +231,7 @@ def test_coverage_through_the_real_binary(healed: SimCluster, run_opsctl: Any) -
     for code in ("gpu-count", "gpu-xid", "gpu-ecc-dbe", "gpu-row-remap"):
         assert checks[code]["required"] and checks[code]["status"] == "all", code
     assert checks["ib-port"]["status"] == "all" and checks["mount"]["status"] == "none"
+    assert checks["gpu-recovery"]["status"] == "all"  # DCGM 4.5's exporter serves field 1523
     monitoring.inject(sim, "gpu-003", "exporter_down=node")
 
     def ib_port() -> dict[str, Any]:

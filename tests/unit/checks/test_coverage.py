@@ -120,3 +120,35 @@ def test_required_checks_setting_is_validated() -> None:
         HealthSection(required_checks=["gpu-xid", "bogus"]).validate()
     with pytest.raises(ValueError, match="unknown check evidence"):  # a verdict code, not a check
         HealthSection(required_checks=["evidence"]).validate()
+
+
+def _with_recovery(name: str, actions: list[str | None]) -> Evidence:
+    ev = node(name, provides=PROM | {"recovery"})
+    for g, action in zip(ev.gpus, actions, strict=True):
+        g.recovery_action = action
+    return ev
+
+
+def test_the_recovery_action_is_per_gpu_and_its_absence_over_prometheus_is_spelt_out() -> None:
+    # every GPU must have it; nvidia-smi's "Reset Required" alone answers too (the ssh source)
+    assert has_fact(_with_recovery("gpu-001", ["none", "reboot"]), "recovery")
+    assert not has_fact(_with_recovery("gpu-001", ["none", None]), "recovery")
+    smi = _with_recovery("gpu-001", [None, None])
+    for g in smi.gpus:
+        g.reset_required = False
+    assert has_fact(smi, "recovery")
+    # the pinned DCGM's exporter serves no field 1523: not provided, and the table says what follows
+    cov = coverage([node("gpu-001"), node("gpu-002")], REQUIRED)
+    assert {c.code: (c.status, c.provided) for c in cov.checks}["gpu-recovery"] == ("none", False)
+    text = render_text(cov, "prometheus")
+    assert "recovery action: DCGM field 1523" in text and "is not served on any node" in text
+    assert "XID 154 counted there takes the catalogue's class (reset_gpu)" in text
+    # one node's exporter lacks it: named
+    evs = [_with_recovery("gpu-001", ["none", "none"]), _with_recovery("gpu-002", [None, None])]
+    part = coverage(evs, REQUIRED)
+    assert {c.code: c.lacking for c in part.checks}["gpu-recovery"] == ["gpu-002"]
+    assert "is not served on gpu-002:" in render_text(part, "prometheus")
+    # served everywhere, or a source without Prometheus: no such line
+    full = coverage([_with_recovery("gpu-001", ["none", "reset"])], REQUIRED)
+    assert "recovery action:" not in render_text(full, "prometheus")
+    assert "recovery action:" not in render_text(cov, "ssh")

@@ -50,17 +50,26 @@ def results(
     """The answers of PrometheusSource.queries() for these nodes at NOW. ``xid_window``: (node, gpu,
     xid) -> (highest count, last time counted) within the XID window; ``drop``: node -> families
     its exporter does not serve (another counters file)."""
-    qs = PrometheusSource("http://unused").queries()
-    samples: list[dict[str, str]] = []
-    values: list[float] = []
+    samples: list[tuple[dict[str, str], float]] = []
     for i, st in enumerate(states):
         target = {"node": st.node, "instance": f"127.0.0.1:{9400 + i}", "job": "hwsim"}
         for fam in families(st, now=NOW):
             if fam.name in (drop or {}).get(st.node, set()):
                 continue
             for s in fam.samples:
-                samples.append({"__name__": fam.name, **s.labels, **target})
-                values.append(s.value)
+                samples.append(({"__name__": fam.name, **s.labels, **target}, s.value))
+    return answers(samples, counters=counters, xid_window=xid_window)
+
+
+def answers(
+    samples: list[tuple[dict[str, str], float]],
+    *,
+    counters: list[Series] | None = None,
+    xid_window: dict[tuple[str, int, int], tuple[int, float]] | None = None,
+) -> dict[str, list[Series]]:
+    """Each instant query's answer over these stored samples (labels with ``__name__``, value),
+    projected through its ``max by (...)`` as Prometheus answers it."""
+    qs = PrometheusSource("http://unused").queries()
 
     def project(labels: dict[str, str], keep: list[str]) -> dict[str, str]:
         return {k: v for k, v in labels.items() if k in keep}
@@ -68,7 +77,7 @@ def results(
     def answer(key: str, pick: Any, value: Any = None) -> list[Series]:
         keep = _by(qs[key], key)
         merged: dict[tuple[tuple[str, str], ...], float] = {}
-        for labels, v in zip(samples, values, strict=True):
+        for labels, v in samples:
             if pick(labels, v):
                 k = tuple(sorted(project(labels, keep).items()))
                 merged[k] = max(merged.get(k, float("-inf")), v if value is None else value(labels, v))
@@ -77,7 +86,7 @@ def results(
     every = {*NONZERO_GAUGES, *COUNTERS, XID_COUNT}
     nonzero = set(NONZERO_GAUGES) - set(REASON_GAUGES)
     present: dict[tuple[tuple[str, str], ...], int] = {}
-    for labels in samples:
+    for labels, _ in samples:
         if labels["__name__"] in every:
             k = tuple(sorted(project(labels, _by(qs["present"], "present")).items()))
             present[k] = present.get(k, 0) + 1
@@ -358,3 +367,154 @@ def test_a_fabric_port_down_beside_ethernet_ports_fails_and_names_only_it() -> N
     assert [s for s, _ in got] == ["FAIL"] and got[0][1].startswith("mlx5_9/1: state DOWN")
     # an Ethernet port going down is not the fabric's business
     assert _h100_ib_port("ib_down=mlx5_1") == [("OK", "8 ports active at 400 Gb/s")]
+
+
+# -- XID 154 and the recovery action, from a dcgm-exporter payload -----------------------------
+# An H200 node's scrape as dcgm-exporter 4.5.3-4.8.2 serves it with the dcgm role's counters file
+# for DCGM 4.5: the label set of the genuine scrape (tests/fixtures/real-world/
+# dcgm-exporter.metrics.h100-mig.excerpt.issue512.prom, without its MIG and Kubernetes labels and
+# the DCGM_FI_DRIVER_VERSION label row the role's file does not have), the XID count's labels of
+# dcgm-exporter PR #239 (window_size_in_ms, xid) and field 1523 under its DCGM 4.5 name
+# (dcgm_fields.DCGM-v4.5.3.txt), whose values are nvmlDeviceGpuRecoveryAction_t (DCGM's NVML
+# header: 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset).
+H200_BUSES = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
+RECOVERY_45 = "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION"
+
+
+def h200_scrape(node: str, xid154_gpu: int, recovery: dict[int, int] | None, name: str = RECOVERY_45) -> str:
+    """The payload: XID 154 counted on ``xid154_gpu`` (and its last XID), the recovery action of
+    each GPU (0 where ``recovery`` does not say), or no recovery-action family (``None``)."""
+
+    def ids(g: int) -> str:
+        return (
+            f'gpu="{g}",UUID="GPU-3f7a1c{g}2-8d4e-5b6f-a9c1-0e2d4f6a8b{g}c",pci_bus_id="00000000:'
+            f'{H200_BUSES[g]}:00.0",device="nvidia{g}",modelName="NVIDIA H200",Hostname="{node}"'
+        )
+
+    lines = [
+        "# HELP DCGM_FI_DEV_GPU_TEMP GPU die temperature in C",
+        "# TYPE DCGM_FI_DEV_GPU_TEMP gauge",
+        *(f"DCGM_FI_DEV_GPU_TEMP{{{ids(g)}}} {31 + g}" for g in range(8)),
+        "# HELP DCGM_FI_DEV_XID_ERRORS last Xid seen",
+        "# TYPE DCGM_FI_DEV_XID_ERRORS gauge",
+        *(f"DCGM_FI_DEV_XID_ERRORS{{{ids(g)}}} {154 if g == xid154_gpu else 0}" for g in range(8)),
+        "# HELP DCGM_EXP_XID_ERRORS_COUNT Xids counted within the exporter window",
+        "# TYPE DCGM_EXP_XID_ERRORS_COUNT gauge",
+        *(
+            f'DCGM_EXP_XID_ERRORS_COUNT{{{ids(g)},window_size_in_ms="300000",xid="154"}} 1'
+            if g == xid154_gpu
+            else f'DCGM_EXP_XID_ERRORS_COUNT{{{ids(g)},window_size_in_ms="300000"}} 0'
+            for g in range(8)
+        ),
+    ]
+    if recovery is not None:
+        lines += [
+            f"# HELP {name} recovery action the driver asks for",
+            f"# TYPE {name} gauge",
+            *(f"{name}{{{ids(g)}}} {recovery.get(g, 0)}" for g in range(8)),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def scraped(text: str, node: str) -> dict[str, list[Series]]:
+    """The queries' answers once Prometheus has scraped ``text`` from ``node``'s exporter (the
+    prometheus role sets ``instance`` to the node's name); the XID window holds the payload's counts,
+    last counted in that scrape."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    target = {"instance": node, "job": "dcgm-exporter"}
+    samples = [
+        ({"__name__": s.name, **s.labels, **target}, float(s.value))
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    ]
+    window = {
+        (node, int(lb["gpu"]), int(lb["xid"])): (int(v), NOW - 2)
+        for lb, v in samples
+        if lb["__name__"] == XID_COUNT and lb.get("xid") and v > 0
+    }
+    return answers(samples, xid_window=window)
+
+
+def judged(res: dict[str, list[Series]], node: str = "gpu-001") -> dict[str, list[Any]]:
+    (report,) = judge(build_evidence([node], res, NOW, 30.0, 600), load_thresholds(), NOW)
+    out: dict[str, list[Any]] = {}
+    for v in report.verdicts:
+        out.setdefault(v.code, []).append(v)
+    return out
+
+
+def test_xid_154_over_prometheus_takes_the_class_of_the_recovery_action_the_exporter_serves() -> None:
+    res = scraped(h200_scrape("gpu-001", 5, {5: 2}), "gpu-001")  # 0x2: node reboot
+    (ev,) = build_evidence(["gpu-001"], res, NOW, 30.0, 600)
+    assert "recovery" in ev.provides and ev.xid_mode == "count"
+    assert [g.recovery_action for g in ev.gpus] == ["none"] * 5 + ["reboot"] + ["none"] * 2
+    verdicts = judged(res)
+    (xid,) = verdicts["gpu-xid"]
+    assert (xid.status.value, xid.gpu, xid.evidence["xid"]) == ("FAIL", 5, 154)
+    assert xid.evidence["action"] == "reboot"
+    assert xid.evidence["class_from"] == "recovery_action"
+    assert xid.evidence["recovery_from"] == f"{RECOVERY_45}=2"
+    assert f"{RECOVERY_45}=2" in xid.summary and "reboot" in xid.summary
+    # and the recovery check runs on this source as on the SSH one: the driver's own action
+    (rec,) = verdicts["gpu-recovery"]
+    assert (rec.status.value, rec.gpu, rec.evidence["action"], rec.evidence["recovery"]) == (
+        "FAIL",
+        5,
+        "reboot",
+        "reboot",
+    )
+
+
+def test_xid_154_over_prometheus_without_the_recovery_series_takes_the_catalogues_class_and_says_so() -> None:
+    res = scraped(h200_scrape("gpu-001", 5, None), "gpu-001")
+    (ev,) = build_evidence(["gpu-001"], res, NOW, 30.0, 600)
+    assert "recovery" not in ev.provides and {g.recovery_action for g in ev.gpus} == {None}
+    verdicts = judged(res)
+    (xid,) = verdicts["gpu-xid"]
+    assert (xid.status.value, xid.gpu, xid.evidence["action"]) == ("FAIL", 5, "reset_gpu")
+    assert xid.evidence["class_from"] == "catalogue" and "recovery_from" not in xid.evidence
+    assert "catalogue" in xid.summary and "no recovery action" in xid.summary
+    assert "gpu-recovery" not in verdicts  # the source does not provide it: skipped, not OK
+
+
+@pytest.mark.parametrize(
+    ("value", "status", "cls"),
+    [
+        (1, "FAIL", "reset_gpu"),  # GPU reset
+        (3, "WARN", "restart_app"),  # drain P2P: stop the peer-to-peer processes, ask again
+        (4, "FAIL", "reset_gpu"),  # drain and reset
+        (7, "FAIL", "reboot"),  # newer than the enum DCGM 4.5 ships: only a new boot is sure
+    ],
+)
+def test_xid_154_follows_each_recovery_action_value_under_either_dcgm_name(
+    value: int, status: str, cls: str
+) -> None:
+    for name in (RECOVERY_45, "DCGM_FI_DEV_GPU_RECOVERY_ACTION"):  # 4.6 renamed field 1523
+        (xid,) = judged(scraped(h200_scrape("gpu-001", 2, {2: value}, name), "gpu-001"))["gpu-xid"]
+        assert (xid.status.value, xid.gpu, xid.evidence["action"]) == (status, 2, cls), name
+        assert xid.evidence["recovery_from"] == f"{name}={value}"
+
+
+def test_xid_154_whose_gpu_the_driver_no_longer_asks_anything_of_is_not_a_fault() -> None:
+    # counted in the window, but the action went back to none (the GPU was reset): as the message
+    # "changed from 0x1 (GPU Reset Required) to 0x0 (None)" would say
+    verdicts = judged(scraped(h200_scrape("gpu-001", 5, {}), "gpu-001"))
+    assert [v.status.value for v in verdicts["gpu-xid"]] == ["OK"]
+    assert [v.status.value for v in verdicts["gpu-recovery"]] == ["OK"]
+
+
+def test_a_node_of_the_fleet_whose_exporter_lacks_the_series_falls_back_and_is_unknown_for_recovery() -> None:
+    res = scraped(h200_scrape("gpu-001", 5, {5: 2}), "gpu-001")
+    other = scraped(h200_scrape("gpu-002", 5, None), "gpu-002")
+    both = {k: res[k] + other[k] for k in res}
+    evs = {ev.node: ev for ev in build_evidence(["gpu-001", "gpu-002"], both, NOW, 30.0, 600)}
+    assert "recovery" in evs["gpu-002"].provides  # the fleet provides it ...
+    reports = {r.node: r for r in judge(list(evs.values()), load_thresholds(), NOW)}
+    lacking = {v.code: v for v in reports["gpu-002"].verdicts}
+    assert lacking["gpu-recovery"].status.value == "UNKNOWN"  # ... this node's exporter does not
+    assert (lacking["gpu-xid"].evidence["action"], lacking["gpu-xid"].evidence["class_from"]) == (
+        "reset_gpu",
+        "catalogue",
+    )
+    assert {v.code: v for v in reports["gpu-001"].verdicts}["gpu-xid"].evidence["action"] == "reboot"

@@ -199,3 +199,49 @@ def test_catalogue_file_is_checked_against_its_bucket_table():
         parse_catalogue({**base, "xids": {"162": {"name": "X", "nvidia": "", "class": "ignore"}}})
     with pytest.raises(ConfigError):
         parse_catalogue({"buckets": {"RESET_GPU": "warn"}, "xids": {}})
+
+
+# nvmlDeviceGpuRecoveryAction_t (DCGM's sdk/nvidia/nvml/dcgm_nvml.h): each value's label in the
+# XID 154 message, and the name the Prometheus source gives the value of DCGM field 1523
+RECOVERY_VALUES = [
+    (0, "None", "none"),
+    (1, "GPU Reset Required", "reset"),
+    (2, "Node Reboot Required", "reboot"),
+    (3, "Drain P2P", "drain_p2p"),
+    (4, "Drain and Reset", "drain_and_reset"),
+]
+
+
+@pytest.mark.parametrize(("value", "label", "name"), RECOVERY_VALUES)
+def test_xid_154_takes_the_same_class_from_its_message_or_from_the_recovery_action(value, label, name):
+    from opsctl.evidence.prometheus import RECOVERY_ACTIONS
+
+    th = load_thresholds()
+    assert RECOVERY_ACTIONS[value] == name
+    message = f"GPU recovery action changed from 0x0 (None) to {value:#x} ({label})"
+    by_message = th.xid_class_basis(154, message)
+    assert by_message == (th.xid_class_basis(154, "", name)[0], "message")
+    assert th.xid_class_basis(154, "", name)[1] == "recovery_action"
+
+
+def test_xid_154_message_wins_over_the_recovery_action_and_the_site_over_both():
+    msg = "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
+    (v,) = check_xid(_ev(XidEvent(154, gpu=1, time=NOW, message=msg, recovery_action="reboot")),
+                     load_thresholds(), NOW)
+    assert (v.evidence["action"], v.evidence["class_from"]) == ("reset_gpu", "message")
+    assert "recovery_from" not in v.evidence and "as its message names" in v.summary
+    site = load_thresholds({"xid": {"classes": {"154": "replace"}}})
+    (v,) = check_xid(_ev(XidEvent(154, gpu=1, time=NOW, recovery_action="drain_p2p")), site, NOW)
+    assert (v.evidence["action"], v.evidence["class_from"]) == ("replace", "site")
+    # other XIDs never look at a recovery action
+    (v,) = check_xid(_ev(XidEvent(48, gpu=1, time=NOW, recovery_action="reboot")), load_thresholds(), NOW)
+    assert (v.evidence["action"], v.evidence["class_from"]) == ("reset_gpu", "catalogue")
+
+
+def test_the_worst_class_of_two_xid_154_events_keeps_its_own_evidence():
+    log = XidEvent(154, gpu=1, time=NOW - 60, message="changed from 0x0 (None) to 0x3 (Drain P2P)")
+    counted = XidEvent(154, gpu=1, time=NOW, recovery_action="reboot", recovery_from="DCGM_FI_X=2")
+    (v,) = check_xid(_ev(log, counted), load_thresholds(), NOW)
+    assert (v.evidence["action"], v.evidence["class_from"], v.evidence["recovery_from"]) == (
+        "reboot", "recovery_action", "DCGM_FI_X=2")
+    assert v.evidence["count"] == 2
