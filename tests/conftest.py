@@ -64,6 +64,34 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         import torch._dynamo  # noqa: F401
 
 
+# The lab modules share one lab (tests/integration/lab/conftest.py) and run in this order: the
+# monitoring module before any other lab test puts an XID on record (the Prometheus source keeps it
+# for an hour), the rolling update (reboots, another driver package) last but one, the teardown last.
+LAB_MODULES = (
+    "test_lab_monitoring.py",
+    "test_lab_machines.py",
+    "test_lab_fabric.py",
+    "test_lab_lifecycle.py",
+    "test_lab_teardown.py",
+)
+LAB_DIR = "tests/integration/lab/"
+
+
+def run_order(nodeid: str) -> tuple[int, int]:
+    """Lab tests first, in LAB_MODULES order (a new lab module goes before the lifecycle one), then
+    the rest as collected: the lab is the longest unit of work and starts at once on one worker."""
+    path = nodeid.split("::", 1)[0]
+    if not path.startswith(LAB_DIR):
+        return (1, 0)
+    name = path[len(LAB_DIR):]
+    rank = LAB_MODULES.index(name if name in LAB_MODULES else "test_lab_lifecycle.py")
+    return (0, 2 * rank - (name not in LAB_MODULES))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: run_order(item.nodeid))  # stable: collection order otherwise
+
+
 def xdist_scope(nodeid: str) -> str:
     """The unit pytest-xdist schedules together (`make test`, `make check`): a test module, so its
     module-scoped clusters and Ansible renders are built once on one worker; and every lab module
@@ -76,6 +104,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     # pytest 9 keeps a node's id where xdist's --dist loadgroup cannot rename it, so the grouping
     # is a scheduler of our own: xdist's module scheduling with the lab modules as one scope.
     from xdist.scheduler import LoadScopeScheduling
+
+    # Scopes in collection order (run_order), not xdist's largest-count-first: the lab, which
+    # holds few tests but most of the time, starts first; integration modules come before unit ones.
+    config.option.loadscopereorder = False
 
     class ModuleScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:

@@ -1,6 +1,11 @@
-"""One lab per test module (head + GPU machines), booted once, taken down even on failure.
+"""One lab for every lab module (head + three GPU machines, the training runtime staged), booted
+and converged once per test run, taken down even on failure.
 
-A module that needs another machine count overrides the `lab` fixture with `boot_lab(..., nodes)`."""
+Booting and converging a lab is most of what the lab tests cost (about five minutes each time), so
+the modules share one: every module leaves the lab as it found it (faults healed, files restored,
+jobs ended), and the modules run in the order of `LAB_MODULES` (tests/conftest.py), the rolling
+update, which reboots machines and changes their packages, last but one, and the teardown test last.
+"""
 
 from __future__ import annotations
 
@@ -48,13 +53,15 @@ def boot_lab(tmp_path_factory: pytest.TempPathFactory, nodes: int, *up_args: str
         running.opsctl("down", check=False, timeout=300)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
-    yield from boot_lab(tmp_path_factory, GPU_NODES)
+    """The shared lab, with the training runtime's wheelhouse staged into the NFS stand-in."""
+    yield from boot_lab(tmp_path_factory, len(GPU_NODES), "--runtime")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def converged(lab: RunningLab) -> Converged:
+    """site.yml twice: the first converges the lab, the second must change nothing."""
     from opsctl.lab.converge import run_playbook
     from opsctl.lab.lab import REPO_ROOT
 

@@ -15,7 +15,7 @@ from typing import TypeVar
 from opsctl.lab.config import LabConfig
 from opsctl.lab.converge import ConvergeResult, parse_recap
 
-GPU_NODES = 2
+GPU_NODES = ["gpu-001", "gpu-002", "gpu-003"]  # the shared lab's GPU machines (conftest.py)
 T = TypeVar("T")
 
 

@@ -6,10 +6,10 @@ bridge; Slurm (on the lab's head) says which machines are idle. A slow rail inje
 machine with `opsctl lab inject` names that machine and rail and exits 1; a healthy lab exits 0;
 `playbooks/acceptance.yml` accepts the healthy lab and refuses the faulty one.
 
-Three GPU machines, not the default two: with two nodes there is a single pair, a slow rail fails
-it from both ends alike, and no pair test can tell which node is at fault (the run FAILs with the
-pair unisolated; the last test shows it on a two-node subset). A third node gives each node two
-partners, which is what isolation needs (opsctl/preflight/isolate.py).
+Three GPU machines (the shared lab has three for this): with two nodes there is a single pair, a
+slow rail fails it from both ends alike, and no pair test can tell which node is at fault (the run
+FAILs with the pair unisolated; the last test shows it on a two-node subset). A third node gives
+each node two partners, which is what isolation needs (opsctl/preflight/isolate.py).
 
 What this cannot prove (docs/fabric.md): real RDMA, real bandwidth, GPUDirect, NVSwitches; the
 across-nodes NCCL test is not run here (see LAB_FABRIC)."""
@@ -25,12 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import boot_lab
-from lab_helpers import Converged, RunningLab, playbook
+from lab_helpers import GPU_NODES, Converged, RunningLab, playbook
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab, pytest.mark.slow, pytest.mark.timeout(2400)]
 
-NODES = ["gpu-001", "gpu-002", "gpu-003"]
+NODES = GPU_NODES  # the shared lab's (conftest.py)
 SLOW_NODE, SLOW_RAIL = "gpu-002", "mlx5_3"
 # The lab's machines differ from an HGX board in ways the fabric judge would rightly fail; each
 # line says why it is set here and nowhere else.
@@ -46,25 +45,10 @@ LAB_FABRIC = (
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
-    yield from boot_lab(tmp_path_factory, len(NODES))
-
-
-@pytest.fixture(scope="module")
-def converged(lab: RunningLab) -> Converged:
-    """site.yml once (the idempotence of a second run is test_lab_machines.py's to prove)."""
-    from opsctl.lab.converge import run_playbook
-    from opsctl.lab.lab import REPO_ROOT
-
-    first = run_playbook(REPO_ROOT, lab.inventory)
-    assert first.returncode == 0 and not first.failed_hosts, first.report()
-    return Converged(first, first)
-
-
-@pytest.fixture(scope="module")
 def config(lab: RunningLab, converged: Converged, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`opsctl lab connect`'s opsctl.toml (Slurm, SSH addresses and keys, [preflight] from the lab
     inventory's hw_expected) with the lab's fabric settings, once every GPU machine is idle."""
+    assert converged.first.returncode == 0 and not converged.first.failed_hosts, converged.first.report()
     out = lab.opsctl("connect")
     toml = Path(out.stdout.split("OPSCTL_CONFIG=", 1)[1].split()[0])
     text = toml.read_text()

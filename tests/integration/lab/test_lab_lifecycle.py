@@ -7,7 +7,10 @@ stops the rollout; once healed a rerun resumes it without a second reboot, and a
 nothing.
 
 The lab cannot build md arrays, XFS, NFS or Lustre (its group_vars say so); those steps are the
-golden tests' (tests/unit/ansible/test_golden_storage.py) and real hardware's."""
+golden tests' (tests/unit/ansible/test_golden_storage.py) and real hardware's.
+
+The shared lab (conftest.py), and this module last but one among the lab modules: the rolling
+update reboots machines and leaves them on another driver package."""
 
 from __future__ import annotations
 
@@ -21,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import boot_lab
 from lab_helpers import Converged, RunningLab, explain, playbook
 
 from opsctl.lab.packages import LOCAL_SOURCES_FILE, build_sim_package, write_repo_index
@@ -32,11 +34,6 @@ UPDATED = ["gpu-001", "gpu-002"]
 BUSY = "gpu-003"  # runs a job through the whole rollout and is never touched
 PACKAGE = "opsctl-labsim-driver"
 REASON = "opsctl:manual:rolling update labsim driver 1.1-1"
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
-    yield from boot_lab(tmp_path_factory, 3)
 
 
 def out(lab: RunningLab, node: str, *cmd: str) -> str:
@@ -145,8 +142,17 @@ def test_a_changed_database_password_is_applied_to_the_database(
     assert "opslab" in out(lab, "head-01", "sacctmgr", "--noheader", "list", "cluster", "format=cluster")
 
 
+@pytest.fixture
+def cancel_jobs(lab: RunningLab) -> Iterator[list[str]]:
+    """Job ids a test submits, cancelled when it ends: the lab is shared with the modules after it."""
+    jobs: list[str] = []
+    yield jobs
+    if jobs:
+        lab.ssh("head-01", "scancel", *jobs)
+
+
 def test_a_rolling_update_drains_installs_reboots_validates_and_resumes(
-    lab: RunningLab, converged: Converged
+    lab: RunningLab, converged: Converged, cancel_jobs: list[str]
 ) -> None:
     lab.opsctl("connect")
     # The simulated driver in the lab's own repository, at the version every GPU machine runs now.
@@ -168,8 +174,11 @@ def test_a_rolling_update_drains_installs_reboots_validates_and_resumes(
     short_job = out(
         lab, "head-01", "sbatch", "--parsable", "-w", "gpu-001", "-N1", "--wrap", "sleep 25"
     ).strip()
+    cancel_jobs += [long_job, short_job]
     boots = {m.name: boot_id(lab, m.name) for m in lab.cfg.gpu_machines}
     lab.opsctl("inject", "gpu-002", "ecc_dbe")  # gpu-002's diagnostic will fail after its reboot
+    audit_file = lab.cfg.state_dir / "audit.jsonl"
+    audited_before = len(audit_file.read_text().splitlines()) if audit_file.exists() else 0
     lab_yml = lab.inventory / "group_vars" / "all" / "lab.yml"
     lab_yml.write_text(
         lab_yml.read_text().replace('labsim_driver_version: "1.0-1"', 'labsim_driver_version: "1.1-1"')
@@ -192,7 +201,7 @@ def test_a_rolling_update_drains_installs_reboots_validates_and_resumes(
     # gpu-003 ran its job the whole time and was never drained or rebooted
     assert job_state(lab, long_job) == "RUNNING"
     assert boot_id(lab, BUSY) == boots[BUSY] and installed(lab, BUSY) == "1.0-1 hold"
-    audit = [json.loads(line) for line in (lab.cfg.state_dir / "audit.jsonl").read_text().splitlines()]
+    audit = [json.loads(line) for line in audit_file.read_text().splitlines()[audited_before:]]
     assert [(r["action"], r["nodes"]) for r in audit if r["result"] == "applied"] == [
         ("drain", ["gpu-001"]),
         ("resume", ["gpu-001"]),

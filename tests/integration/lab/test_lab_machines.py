@@ -1,26 +1,23 @@
 """The machine lab end to end: boot, simulated hardware, converge with site.yml, Slurm, Prometheus,
-an injected fault reaching Prometheus, the training runtime on the NFS stand-in run by a Slurm job,
-and a teardown that leaves nothing behind."""
+an injected fault reaching Prometheus, the training runtime on the NFS stand-in run by a Slurm job.
+(The teardown that leaves nothing behind is test_lab_teardown.py, the last lab module.)"""
 
 from __future__ import annotations
 
 import json
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import boot_lab
 from lab_helpers import GPU_NODES, Converged, RunningLab, lab_status, wait_for
 from packaging.utils import canonicalize_name
 from tiny_job import TINY_JOB
 
-from opsctl.lab import machines, net
 from opsctl.lab.converge import ConvergeResult
 
-# The first test also builds the image (first run on a machine) and converges twice in its fixtures.
+# The first lab test also builds the image (first run on a machine); `converged` converges twice.
 pytestmark = [pytest.mark.integration, pytest.mark.lab, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 REPO = Path(__file__).resolve().parents[3]
@@ -43,12 +40,6 @@ print(json.dumps({"prefix": real(sys.prefix), "torch": torch.__version__, "train
                   "opsctl": real(opsctl.__file__), "logits": list(logits.shape),
                   "finite": bool(torch.isfinite(logits).all())}))
 """
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
-    """The default lab, with the training runtime's wheelhouse staged into the NFS stand-in."""
-    yield from boot_lab(tmp_path_factory, GPU_NODES, "--runtime")
 
 
 def prom_query(lab: RunningLab, query: str) -> list[dict[str, Any]]:
@@ -75,7 +66,7 @@ def test_lab_boots_head_and_gpu_machines(lab: RunningLab) -> None:
     assert status["up"] is True
     rows = status["machines"]
     assert isinstance(rows, list)
-    assert sorted(m["name"] for m in rows) == ["gpu-001", "gpu-002", "head-01"]
+    assert sorted(m["name"] for m in rows) == [*GPU_NODES, "head-01"]
     assert all(m["state"] in ("running", "degraded") for m in rows)
     assert (lab.inventory / "hosts.yml").is_file()
     assert (lab.inventory / "group_vars" / "all" / "lab.yml").is_file()
@@ -106,7 +97,7 @@ def test_nodes_have_no_route_out(lab: RunningLab) -> None:
 def test_site_yml_converges_the_lab_without_failures(converged: Converged) -> None:
     first = converged.first
     assert isinstance(first, ConvergeResult)
-    assert set(first.recap) == {"head-01", "gpu-001", "gpu-002"}, first.output[-3000:]
+    assert set(first.recap) == {"head-01", *GPU_NODES}, first.output[-3000:]
     assert first.failed_hosts == [], first.report()
     assert first.returncode == 0, first.output[-3000:]
     # The roles say which hardware steps the lab skipped.
@@ -118,12 +109,12 @@ def test_second_converge_changes_nothing(converged: Converged) -> None:
     assert isinstance(second, ConvergeResult)
     assert second is not converged.first, "first converge failed; see the previous test"
     assert second.failed_hosts == [], second.report()
-    assert {h: r.changed for h, r in second.recap.items()} == {"head-01": 0, "gpu-001": 0, "gpu-002": 0}, (
+    assert {h: r.changed for h, r in second.recap.items()} == dict.fromkeys(["head-01", *GPU_NODES], 0), (
         "\n".join(ln for ln in second.output.splitlines() if ln.startswith("changed:"))
     )
 
 
-def test_slurm_lists_gpu_nodes_idle_and_runs_on_both(lab: RunningLab, converged: Converged) -> None:
+def test_slurm_lists_gpu_nodes_idle_and_runs_on_all(lab: RunningLab, converged: Converged) -> None:
     seen: list[str] = []
 
     def idle() -> dict[str, str] | None:
@@ -138,10 +129,10 @@ def test_slurm_lists_gpu_nodes_idle_and_runs_on_both(lab: RunningLab, converged:
     except AssertionError:
         reasons = lab.ssh("head-01", "sinfo", "-R").stdout
         raise AssertionError(f"sinfo: {seen}\nsinfo -R:\n{reasons}") from None
-    assert sorted(states) == ["gpu-001", "gpu-002"]
-    run = lab.ssh("head-01", "srun", f"-N{GPU_NODES}", "--gres=gpu:h200:8", "hostname")
+    assert sorted(states) == GPU_NODES
+    run = lab.ssh("head-01", "srun", f"-N{len(GPU_NODES)}", "--gres=gpu:h200:8", "hostname")
     assert run.returncode == 0, run.stderr
-    assert sorted(run.stdout.split()) == ["gpu-001", "gpu-002"]
+    assert sorted(run.stdout.split()) == GPU_NODES
 
 
 def test_a_slurm_job_runs_the_training_runtime_from_the_share(lab: RunningLab, converged: Converged) -> None:
@@ -216,13 +207,13 @@ def test_an_rl_run_launched_from_the_host_trains_on_the_lab(lab: RunningLab, con
 def test_prometheus_has_dcgm_series_for_every_simulated_gpu(lab: RunningLab, converged: Converged) -> None:
     def complete() -> list[dict[str, Any]] | None:
         series = prom_query(lab, "DCGM_FI_DEV_GPU_TEMP")
-        return series if len(series) == 8 * GPU_NODES else None
+        return series if len(series) == 8 * len(GPU_NODES) else None
 
     series = wait_for("8 DCGM_FI_DEV_GPU_TEMP series per GPU node", complete, timeout=180)
     per_node: dict[str, set[str]] = {}
     for s in series:
         per_node.setdefault(_node_of(s, lab), set()).add(str(s["metric"]["gpu"]))
-    assert per_node == {n: {str(i) for i in range(8)} for n in ("gpu-001", "gpu-002")}
+    assert per_node == {n: {str(i) for i in range(8)} for n in GPU_NODES}
 
 
 def test_injected_xid_shows_in_prometheus_and_heal_clears_it(lab: RunningLab, converged: Converged) -> None:
@@ -268,7 +259,7 @@ def test_host_reaches_lab_slurm_through_connect(lab: RunningLab, converged: Conv
         ["sinfo", "-h", "-N", "-o", "%N"], env=env, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
-    assert sorted(proc.stdout.split()) == ["gpu-001", "gpu-002"]
+    assert sorted(proc.stdout.split()) == GPU_NODES
 
 
 def test_preflight_passes_on_the_lab_and_fails_the_node_missing_a_gpu(
@@ -294,7 +285,7 @@ def test_preflight_passes_on_the_lab_and_fails_the_node_missing_a_gpu(
 
     rc, verdicts, text = preflight()
     assert rc == 0, text
-    assert sorted(verdicts) == ["gpu-001", "gpu-002"]
+    assert sorted(verdicts) == GPU_NODES
     assert verdicts["gpu-001"]["preflight-slurm-gres"] == "OK"
     lab.opsctl("inject", "gpu-002", "gpu_missing=3")  # the shims read the new state on their next call
     try:
@@ -397,17 +388,3 @@ def test_hung_mount_is_unknown_then_fails_after_n_passes(
         assert [(d["node"], d["code"], d["result"]) for d in drains] == [("gpu-001", "probe-hung", "shadow")]
     finally:
         lab.opsctl("heal", "gpu-001")
-
-
-def test_down_leaves_no_bridge_veth_mount_or_process(lab: RunningLab) -> None:
-    state_dir = lab.cfg.state_dir
-    lab.opsctl("down")
-    assert not net.bridge_exists(lab.cfg.bridge)
-    assert net.lab_veths(lab.cfg) == []
-    assert machines.running(lab.cfg) == []
-    mounts = Path("/proc/self/mountinfo").read_text()
-    assert str(state_dir) not in mounts
-    assert not state_dir.exists()
-    assert not (lab.inventory / "hosts.yml").exists()
-    # A second down finds nothing to do and still succeeds.
-    assert "nothing to remove" in lab.opsctl("down").stdout

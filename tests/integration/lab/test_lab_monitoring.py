@@ -8,7 +8,10 @@ Alertmanager on the head (the alertmanager role).
 - With a counters file lacking the count (one machine's file edited, its exporter restarted),
   opsctl says that machine's XIDs are known by their last value only and `--remediate` refuses.
 
-One lab and one converge for the module; every wait polls against a deadline.
+The shared lab (conftest.py), and this module first among the lab modules: the Prometheus source
+keeps an XID on record for its XID window (an hour), so the healthy machine checked here must have
+had none, and the faults go to gpu-003 alone (the launch test that follows uses the other two).
+Every wait polls against a deadline.
 """
 
 from __future__ import annotations
@@ -23,15 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab_helpers import RunningLab, wait_for
+from lab_helpers import GPU_NODES, Converged, RunningLab, wait_for
 
 from opsctl.hwsim.metrics import XID_COUNT
 from opsctl.lab import labsim
-from opsctl.lab.converge import ConvergeResult
 
 pytestmark = [pytest.mark.integration, pytest.mark.lab, pytest.mark.slow, pytest.mark.timeout(1800)]
 
-GPU_NODES = ["gpu-001", "gpu-002"]
+FAULTY = "gpu-003"  # every fault of this module, so that the others stay without XID history
 ALERTMANAGER_PORT = 9093  # roles/alertmanager/defaults/main.yml
 PROMETHEUS_PORT = 9090
 XID_LAST = "DCGM_FI_DEV_XID_ERRORS"  # the last-XID gauge, in every counters file
@@ -60,12 +62,9 @@ def alertmanager_alerts(lab: RunningLab) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def site(lab: RunningLab) -> Iterator[Path]:
-    """site.yml converged once, and the host's opsctl pointed at the lab; yields its opsctl.toml."""
-    from opsctl.lab.converge import run_playbook
-    from opsctl.lab.lab import REPO_ROOT
-
-    first: ConvergeResult = run_playbook(REPO_ROOT, lab.inventory)
+def site(lab: RunningLab, converged: Converged) -> Iterator[Path]:
+    """site.yml converged, and the host's opsctl pointed at the lab; yields its opsctl.toml."""
+    first = converged.first
     assert first.failed_hosts == [] and first.returncode == 0, first.report()
     # the Alertmanager play matched the head (it used to match nothing, with only a warning)
     assert "Could not match supplied host pattern, ignoring: alertmanager" not in first.output
@@ -75,7 +74,7 @@ def site(lab: RunningLab) -> Iterator[Path]:
         out = lab.ssh("head-01", "sinfo", "-h", "-N", "-o", "%N %t").stdout.split()
         return dict(zip(out[::2], out[1::2], strict=True)) == dict.fromkeys(GPU_NODES, "idle")
 
-    wait_for("both GPU machines idle in Slurm", idle)
+    wait_for("every GPU machine idle in Slurm", idle)
     yield lab.cfg.state_dir / "opsctl.toml"
 
 
@@ -107,7 +106,7 @@ def test_xid_79_is_found_through_the_count_and_its_alert_reaches_alertmanager(
 ) -> None:
     # every GPU machine's exporter serves the shipped counters file, the count among them
     wait_for(
-        "the XID count of both GPU machines in Prometheus",
+        "the XID count of every GPU machine in Prometheus",
         lambda: {s["metric"].get("Hostname") for s in prom(lab, XID_COUNT)} >= set(GPU_NODES),
         timeout=180,
     )
@@ -126,20 +125,20 @@ def test_xid_79_is_found_through_the_count_and_its_alert_reaches_alertmanager(
     loaded = {r["name"] for g in rules for r in g["rules"]}
     assert "GpuFatalXid" in loaded and not {n for n in loaded if n.startswith("OpsctlRemediator")}
 
-    out = lab.opsctl("inject", "gpu-001", "xid=79,gpu=3", "--json")
+    out = lab.opsctl("inject", FAULTY, "xid=79,gpu=3", "--json")
     assert len(json.loads(out.stdout)["active_faults"]) == 1
     try:
         wait_for(
-            "XID 79 counted for gpu-001 GPU 3",
-            lambda: prom(lab, f'{XID_COUNT}{{Hostname="gpu-001",gpu="3",xid="79"}} > 0'),
+            f"XID 79 counted for {FAULTY} GPU 3",
+            lambda: prom(lab, f'{XID_COUNT}{{Hostname="{FAULTY}",gpu="3",xid="79"}} > 0'),
         )
         def failing() -> subprocess.CompletedProcess[str] | None:
             proc = health(lab, site, "--json")
             return proc if proc.returncode == 1 else None
 
-        proc = wait_for("opsctl health to FAIL gpu-001", failing, timeout=60)
+        proc = wait_for(f"opsctl health to FAIL {FAULTY}", failing, timeout=60)
         doc = json.loads(proc.stdout)
-        (fail,) = [v for v in xid_verdicts(doc, "gpu-001") if v["status"] != "OK"]
+        (fail,) = [v for v in xid_verdicts(doc, FAULTY) if v["status"] != "OK"]
         assert (fail["status"], fail["gpu"]) == ("FAIL", 3), fail
         assert "xid 79" in fail["summary"] and COUNT_MODE in fail["summary"], fail
         assert (fail["evidence"]["mode"], fail["evidence"]["xid"]) == ("count", 79), fail
@@ -148,24 +147,24 @@ def test_xid_79_is_found_through_the_count_and_its_alert_reaches_alertmanager(
         # "no dcgm-exporter series" beside the failing node)
         healthy = [v for n in doc["nodes"] if n["node"] == "gpu-002" for v in n["verdicts"]]
         assert healthy and all(v["status"] == "OK" for v in healthy), healthy
-        # with the count, remediation has nothing to refuse: it would drain gpu-001 (a dry run here)
+        # with the count, remediation has nothing to refuse: it would drain FAULTY (a dry run here)
         dry = health(lab, site, "--remediate", "--dry-run", "--json")
         plan = json.loads(dry.stdout)["remediation"]
         assert plan["refusal"] == "", dry.stdout + dry.stderr
         drains = [(d["node"], d["action"], d["code"]) for d in plan["decisions"] if d["action"] == "drain"]
-        assert drains == [("gpu-001", "drain", "gpu-xid")], plan
+        assert drains == [(FAULTY, "drain", "gpu-xid")], plan
 
         def fired() -> list[dict[str, Any]]:
             return [a for a in alertmanager_alerts(lab) if a["labels"]["alertname"] == "GpuFatalXid"]
 
         (alert,) = wait_for("GpuFatalXid in the lab's Alertmanager", fired, timeout=120)
         labels = alert["labels"]
-        assert (labels["Hostname"], labels["gpu"], labels["xid"]) == ("gpu-001", "3", "79"), labels
+        assert (labels["Hostname"], labels["gpu"], labels["xid"]) == (FAULTY, "3", "79"), labels
         assert labels["cluster"] == "opslab"  # Prometheus's external label, from the lab inventory
         assert alert["status"]["state"] == "active"
         assert [r["name"] for r in alert["receivers"]] == ["ticket"]  # the role's route for "critical"
     finally:
-        lab.opsctl("heal", "gpu-001")
+        lab.opsctl("heal", FAULTY)
 
 
 def test_without_the_count_opsctl_is_in_last_value_mode_and_remediation_refuses(
@@ -173,45 +172,45 @@ def test_without_the_count_opsctl_is_in_last_value_mode_and_remediation_refuses(
 ) -> None:
     counters, unit = labsim.COLLECTORS, labsim.EXPORTER_UNIT
     saved = f"{counters}.shipped"
-    # gpu-002's exporter from here on reads the shipped file without the count row
+    # FAULTY's exporter from here on reads the shipped file without the count row
     edit = lab.ssh(
-        "gpu-002", "sh", "-ec",
+        FAULTY, "sh", "-ec",
         f"cp -p {counters} {saved}; grep -v '^{XID_COUNT},' {saved} > {counters}; systemctl restart {unit}",
     )
     assert edit.returncode == 0, edit.stderr
     try:
-        rows = lab.ssh("gpu-002", "cat", counters).stdout
+        rows = lab.ssh(FAULTY, "cat", counters).stdout
         assert XID_LAST in rows and XID_COUNT not in rows
 
         def last_value_only() -> bool:
-            count = [s for s in prom(lab, XID_COUNT) if s["metric"].get("Hostname") == "gpu-002"]
-            last = [s for s in prom(lab, XID_LAST) if s["metric"].get("Hostname") == "gpu-002"]
+            count = [s for s in prom(lab, XID_COUNT) if s["metric"].get("Hostname") == FAULTY]
+            last = [s for s in prom(lab, XID_LAST) if s["metric"].get("Hostname") == FAULTY]
             return not count and len(last) == 8
 
-        wait_for("gpu-002's XID count gone from Prometheus, its last XID kept", last_value_only)
+        wait_for(f"{FAULTY}'s XID count gone from Prometheus, its last XID kept", last_value_only)
         text = health(lab, site, "--coverage")
         assert "last-value" in text.stdout, text.stdout + text.stderr  # opsctl says how it knows
         cov = coverage(lab, site)
-        assert cov["xid_modes"] == {"count": ["gpu-001"], "last-value": ["gpu-002"]}, cov
+        assert cov["xid_modes"] == {"count": ["gpu-001", "gpu-002"], "last-value": [FAULTY]}, cov
         assert cov["last_value_xids"] is True
 
-        lab.opsctl("inject", "gpu-002", "xid=79,gpu=5")
+        lab.opsctl("inject", FAULTY, "xid=79,gpu=5")
         wait_for(
-            "last XID 79 on gpu-002 GPU 5",
-            lambda: prom(lab, f'{XID_LAST}{{Hostname="gpu-002",gpu="5"}} == 79'),
+            f"last XID 79 on {FAULTY} GPU 5",
+            lambda: prom(lab, f'{XID_LAST}{{Hostname="{FAULTY}",gpu="5"}} == 79'),
         )
         refused = health(lab, site, "--remediate")
         assert refused.returncode == 2, refused.stdout + refused.stderr
         assert refused.stderr.startswith("opsctl: error: remediation refused: "), refused.stderr
-        assert "gpu-002" in refused.stderr and "known only by their last value" in refused.stderr
+        assert FAULTY in refused.stderr and "known only by their last value" in refused.stderr
         assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
         # nothing drained in the lab's slurmctld
         reasons = lab.ssh("head-01", "sinfo", "-h", "-N", "-R", "-o", "%N|%E")
         assert reasons.returncode == 0 and "opsctl" not in reasons.stdout, reasons.stdout
     finally:
-        lab.opsctl("heal", "gpu-002")
-        lab.ssh("gpu-002", "sh", "-ec", f"mv {saved} {counters}; systemctl restart {unit}")
+        lab.opsctl("heal", FAULTY)
+        lab.ssh(FAULTY, "sh", "-ec", f"mv {saved} {counters}; systemctl restart {unit}")
     wait_for(
-        "gpu-002's XID count back in Prometheus",
-        lambda: [s for s in prom(lab, XID_COUNT) if s["metric"].get("Hostname") == "gpu-002"],
+        f"{FAULTY}'s XID count back in Prometheus",
+        lambda: [s for s in prom(lab, XID_COUNT) if s["metric"].get("Hostname") == FAULTY],
     )
