@@ -361,7 +361,8 @@ def main() -> None:
     ap.add_argument("scenarios", nargs="*", metavar="SCENARIO",
                     help=f"default: all of {', '.join(SCENARIOS)}")
     ap.add_argument("--nodes", type=int, default=64)
-    ap.add_argument("--interval", type=float, default=2.0, help="[remediator] interval (the default: 2)")
+    ap.add_argument("--interval", type=float, default=2.0,
+                    help="[remediator] interval (2 s: the sim scrapes every 5 s; the product default is 15)")
     ap.add_argument("--prom-down-s", type=float, default=120.0, help="how long Prometheus stays down")
     ap.add_argument("--flaps", type=int, default=4)
     ap.add_argument("--flap-fault-s", type=float, default=10.0)
