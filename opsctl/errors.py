@@ -40,6 +40,10 @@ class Unreachable(OpsctlError):
     exit_code = EXIT_UNKNOWN
 
 
+class SourceUnreachable(Unreachable):
+    """The evidence source could not run at all (Prometheus down): every node's state is unknown."""
+
+
 class Refused(OpsctlError):
     """A guardrail refused the action (blast radius, operator drain); nothing was changed."""
 

@@ -77,8 +77,13 @@ def required_action(v: Verdict) -> str:
     return FAIL_ACTION.get(v.code, "none")
 
 
+# Missing evidence is no proof of a fault: like the classes a checker or fabric event fakes, it spends
+# the brake only, never the fatal allowance, whatever its latch asks before a resume.
+NOT_FATAL_CODES = frozenset({"evidence-lost"})
+
+
 def is_fatal(v: Verdict) -> bool:
-    return required_action(v) in FATAL_ACTIONS
+    return required_action(v) in FATAL_ACTIONS and v.code not in NOT_FATAL_CODES
 
 
 class SlurmNodeView(Protocol):
@@ -112,6 +117,10 @@ class PolicyConfig:
     escalate_window: float = 7 * 86400.0  # a second drain for the same GPU within this is held
     probe_hung_passes: int = 3  # a probe that times out this many passes in a row FAILs
     fatal_max_drains: int = 2  # fatal-class drains per window past the brake and the guardrail
+    # seconds a node may lack a required family that other nodes have before it FAILs evidence-lost
+    unknown_fail_after: float = 600.0
+    # seconds a node may stay UNKNOWN before an alert says so (every node: the source, one page)
+    unknown_alert_after: float = 300.0
 
     def validate(self) -> None:
         if self.max_drains < 0 or not 0 <= self.max_fraction <= 1:
@@ -124,6 +133,8 @@ class PolicyConfig:
             raise ConfigError("health: escalate_window must be >= 0 and probe_hung_passes >= 1")
         if self.fatal_max_drains < 0:
             raise ConfigError("health: fatal_max_drains must be >= 0")
+        if self.unknown_fail_after <= 0 or self.unknown_alert_after <= 0:
+            raise ConfigError("health: unknown_fail_after and unknown_alert_after must be > 0")
 
 
 @dataclass
@@ -187,6 +198,11 @@ class PolicyState:
     # drains and resumes remediation asked of Slurm, ever: a pass whose Slurm snapshot was read
     # before another process changed Slurm reads it again under the lock
     slurm_changes: int = 0
+    # node -> required check -> when the node was first seen lacking its evidence while other nodes
+    # had it (evidence-lost); node -> when it was first seen UNKNOWN (unknown alerts). Absent from
+    # state files of earlier versions: the clocks start at the next pass.
+    unknown_since: dict[str, dict[str, float]] = field(default_factory=dict)
+    unknown_node_since: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> PolicyState:
@@ -203,6 +219,9 @@ class PolicyState:
                 probe_timeouts={str(k): dict(v) for k, v in data.get("probe_timeouts", {}).items()},
                 intents={str(k): dict(v) for k, v in data.get("intents", {}).items()},
                 slurm_changes=int(data.get("slurm_changes", 0)),
+                unknown_since={str(k): {str(f): float(t) for f, t in v.items()}
+                               for k, v in data.get("unknown_since", {}).items()},
+                unknown_node_since={str(k): float(v) for k, v in data.get("unknown_node_since", {}).items()},
             )
         except (OSError, ValueError, AttributeError, TypeError) as exc:
             raise ConfigError(f"health state file {p} is unreadable: {exc}") from None
@@ -386,6 +405,91 @@ def probe_verdicts(report: NodeReport, state: PolicyState, cfg: PolicyConfig, co
         )
     if hung:
         report.status = Status.FAIL
+
+
+def lacking_since(state: PolicyState, node: str, families: Sequence[str], now: float) -> dict[str, float]:
+    """When ``node`` was first seen lacking each of ``families`` (the ones it lacks now; ``now`` for a
+    new one): a family that came back in between restarted its clock."""
+    had = state.unknown_since.get(node, {})
+    return {f: float(had.get(f, now)) for f in sorted(families)}
+
+
+def evidence_lost_verdict(node: str, since: Mapping[str, float], cfg: PolicyConfig,
+                          now: float) -> Verdict | None:
+    """FAIL ``evidence-lost`` for the families ``node`` has lacked for ``unknown_fail_after`` while
+    other nodes had them; None while none has. It latches reboot: resumed once a new boot shows
+    full, clean evidence (or by a person)."""
+    lost = sorted(f for f, t in since.items() if now - t >= cfg.unknown_fail_after)
+    if not lost:
+        return None
+    first = min(since[f] for f in lost)
+    return Verdict(
+        "evidence-lost", Status.FAIL, node, None,
+        f"no evidence for {', '.join(lost)} for {now - first:.0f}s while other nodes have it "
+        f"([health] unknown_fail_after {cfg.unknown_fail_after:.0f}s)",
+        {"short": f"no {'+'.join(lost)} for {now - first:.0f}s", "families": lost, "since": first,
+         "action": "reboot"},
+    )
+
+
+def track_node_unknown(reports: Sequence[NodeReport], state: PolicyState, now: float) -> None:
+    """Start (or keep) the UNKNOWN clock of each UNKNOWN report's node; stop the others'."""
+    for r in reports:
+        if r.status is Status.UNKNOWN:
+            state.unknown_node_since.setdefault(r.node, now)
+        else:
+            state.unknown_node_since.pop(r.node, None)
+
+
+def unknown_alerts(reports: Sequence[NodeReport], state: PolicyState, cfg: PolicyConfig,
+                   now: float) -> list[Decision]:
+    """The alert for nodes UNKNOWN for ``unknown_alert_after`` or more: every node of the pass at
+    once is the source lost (one page for the fleet, never a drain); some nodes, a ticket naming
+    them."""
+    ages = {r.node: now - state.unknown_node_since.get(r.node, now)
+            for r in reports if r.status is Status.UNKNOWN}
+    over = sorted(n for n, age in ages.items() if age >= cfg.unknown_alert_after)
+    if not over:
+        return []
+    if len(ages) == len(reports):
+        if len(over) < len(reports):
+            return []  # the fleet went dark less than unknown_alert_after ago
+        return [source_lost_alert(over, min(ages.values()), "no node has evidence")]
+    return [Decision(_fold(over), "alert", code="unknown",
+                     why=f"UNKNOWN for {max(ages[n] for n in over):.0f}s or less (over [health] "
+                     f"unknown_alert_after {cfg.unknown_alert_after:.0f}s): not judged, not drained "
+                     "unless a required family is lost (evidence-lost)")]
+
+
+def source_lost_alert(nodes: Sequence[str], seconds: float, what: str) -> Decision:
+    """The one page for a source lost on every node: nothing can be judged, nothing is drained."""
+    return Decision(_fold(list(nodes)), "alert", code="source-lost",
+                    why=f"evidence source lost on every node for {seconds:.0f}s ({what}): nothing is "
+                    "judged or drained until it is back")
+
+
+def judge_unknown(reports: Sequence[NodeReport], lacking: Mapping[str, Sequence[str]], state: PolicyState,
+                  cfg: PolicyConfig, now: float, count: bool) -> list[Decision]:
+    """End UNKNOWN. ``lacking``: node -> the required checks it has no evidence for while other nodes
+    do (coverage's ``nodes_lacking_required``; a family no node has is not there, so a source lost
+    everywhere never counts). Each lacked past ``unknown_fail_after`` adds FAIL ``evidence-lost`` to
+    the node's report; returns the unknown alerts. ``count`` keeps the clocks in ``state``; without
+    it they are only read (a plain pass shows what the service's clocks say) and no alert is made."""
+    for r in reports:
+        since = lacking_since(state, r.node, lacking.get(r.node, ()), now)
+        if count:
+            if since:
+                state.unknown_since[r.node] = since
+            else:
+                state.unknown_since.pop(r.node, None)
+        lost = evidence_lost_verdict(r.node, since, cfg, now)
+        if lost is not None:
+            r.verdicts.append(lost)
+            r.status = Status.FAIL
+    if not count:
+        return []
+    track_node_unknown(reports, state, now)
+    return unknown_alerts(reports, state, cfg, now)
 
 
 @dataclass(frozen=True)

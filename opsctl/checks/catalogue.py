@@ -44,6 +44,9 @@ FAIL_ACTION: dict[str, str] = {
     "lustre": "none",  # a file system or fabric fault, not the node's: resumed after clean passes
     "dcgm-health": "reset_gpu",
     "probe-hung": "none",  # judged by the policy; a hung nvidia-smi sets reboot in its verdict
+    # judged by the policy: a required family lost on one node for [health] unknown_fail_after; its
+    # verdict sets reboot (a new boot with full, clean evidence resumes it), never fatal-class
+    "evidence-lost": "reboot",
 }
 _CLASS_RANK = {c: i for i, c in enumerate(ACTION_CLASSES)}
 
@@ -767,5 +770,7 @@ CATALOGUE: tuple[Check, ...] = (
     Check("nvswitch-sxid", "sxid", "NVSwitch SXid events, fatal or not", check_sxid),
 )
 # evidence: a node that could not be read; probe-hung: a probe that kept timing out (policy adds it);
+# evidence-lost: a required family one node lacked for unknown_fail_after (policy adds it);
 # launch-node-failed: a node that failed under a run (the watcher's drains)
-CODES = frozenset(c.code for c in CATALOGUE) | {"evidence", "probe-hung", "launch-node-failed"}
+CODES = frozenset(c.code for c in CATALOGUE) | {
+    "evidence", "probe-hung", "evidence-lost", "launch-node-failed"}

@@ -15,7 +15,15 @@ from opsctl.checks.model import Status
 from opsctl.checks.runner import NodeReport, judge
 from opsctl.checks.settings import HealthSection
 from opsctl.config import Config
-from opsctl.errors import EXIT_UNKNOWN, ConfigError, OpsctlError, Refused, UsageError
+from opsctl.errors import (
+    EXIT_UNKNOWN,
+    ConfigError,
+    OpsctlError,
+    Refused,
+    SourceUnreachable,
+    Unreachable,
+    UsageError,
+)
 from opsctl.evidence.base import Source
 from opsctl.evidence.model import Evidence
 from opsctl.policy import (
@@ -27,6 +35,7 @@ from opsctl.policy import (
     SlurmNodeView,
     act,
     decide,
+    judge_unknown,
     locked,
     probe_verdicts,
     reconcile_intents,
@@ -422,6 +431,27 @@ def remediation_refusal(evidence: Sequence[Evidence], required: Sequence[str]) -
     return ""
 
 
+def collect(source: Source, nodes: list[str], now: float) -> list[Evidence]:
+    """The source's evidence; a source that cannot run at all is :class:`SourceUnreachable` (the
+    remediation service pages when that lasts)."""
+    try:
+        return source.collect(nodes, now)
+    except SourceUnreachable:
+        raise
+    except Unreachable as exc:
+        raise SourceUnreachable(str(exc), exit_code=exc.exit_code) from exc
+
+
+def lacking_required(evidence: Sequence[Evidence], required: Sequence[str]) -> dict[str, list[str]]:
+    """Node -> the required checks it has no evidence for while other nodes do (evidence-lost's
+    clocks); a check no node has evidence for is not in it (the source, not the node)."""
+    from opsctl.checks.coverage import coverage
+
+    if not any(ev.reachable for ev in evidence):
+        return {}
+    return coverage(evidence, required).nodes_lacking_required
+
+
 def _retain(cfg: PolicyConfig) -> float:
     return max(7 * 86400.0, cfg.escalate_window, cfg.window_seconds)
 
@@ -444,8 +474,9 @@ def run_health(
     thresholds = h.load_thresholds()
     cfg = h.policy()
     # collect (read-only), then judge (pure)
-    evidence = source.collect(nodes, now)
+    evidence = collect(source, nodes, now)
     reports = judge(evidence, thresholds, now)
+    lacking = lacking_required(evidence, h.required_checks)
     result = HealthResult(reports=reports, source=source.name, generated_at=now)
     mode = "dry-run" if dry_run else ("shadow" if h.shadow else "apply")
     state_file = shadow_state_file(h.state_file) if mode == "shadow" else h.state_file
@@ -454,6 +485,7 @@ def run_health(
         state = _read_state(state_file)
         for r in reports:
             probe_verdicts(r, state, cfg, count=False)
+        judge_unknown(reports, lacking, state, cfg, now, count=False)
         return result
     # decide (pure, on the locked state file), then act (the only step that changes anything)
     log = DecisionLog(h.decision_log)
@@ -461,6 +493,8 @@ def run_health(
         state = PolicyState.load(state_file)
         for r in reports:
             probe_verdicts(r, state, cfg, count=not dry_run)
+        # evidence-lost FAILs before decide; its unknown alerts after (a refusal's page stands alone)
+        unknown = judge_unknown(reports, lacking, state, cfg, now, count=not dry_run)
         refusal = remediation_refusal(evidence, h.required_checks)
         if refusal:
             from opsctl.nodeset import fold
@@ -483,7 +517,7 @@ def run_health(
         if mode == "shadow":
             view = _shadow_view(view, state)
         partition, room = _partition(ctx, len(nodes), snapshot)
-        decisions = decide(reports, view, state, cfg, now, partition, guard_room=room)
+        decisions = decide(reports, view, state, cfg, now, partition, guard_room=room) + unknown
         if h.resume_diag_level and not dry_run and diag_before_resume(ctx, decisions, view, now):
             snapshot = _after_diag(ctx, actions)
         act(decisions, actions, state, now, dry_run=dry_run, shadow=mode == "shadow",

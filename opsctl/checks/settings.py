@@ -48,6 +48,13 @@ class HealthSection:
     resume_after_clean: int = 3  # K consecutive clean passes before opsctl resumes its own drain
     escalate_window: float = 7 * 86400.0  # drained again for the same GPU within this: held for a person
     probe_hung_passes: int = 3  # a probe timing out this many passes in a row FAILs (probe-hung)
+    # seconds a node may lack evidence for a required check that other nodes have before it FAILs
+    # evidence-lost (drained, latching reboot): 40 scrapes at 15 s, past an exporter's restart and
+    # its crash-loop backoff, so only evidence that is not coming back drains (docs/runbook.md)
+    unknown_fail_after: float = 600.0
+    # seconds a node may stay UNKNOWN before an alert (a ticket; every node at once: the source,
+    # a page): past a Prometheus or exporter restart, the resolve window of the service's alerts
+    unknown_alert_after: float = 300.0
     ssh_user: str = "root"
     ssh_port: int = 22
     ssh_key: str | None = field(default=None, metadata={"path": True})
@@ -130,6 +137,8 @@ class HealthSection:
             escalate_window=self.escalate_window,
             probe_hung_passes=self.probe_hung_passes,
             fatal_max_drains=self.fatal_max_drains,
+            unknown_fail_after=self.unknown_fail_after,
+            unknown_alert_after=self.unknown_alert_after,
         )
 
     def load_thresholds(self) -> Thresholds:

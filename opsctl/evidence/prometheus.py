@@ -41,6 +41,10 @@ RECOVERY_GAUGES = ("DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION", "DCGM_FI_DEV_GPU_RECOV
 # the XID carries the action field 1523 serves for its GPU instead (where the exporter serves it)
 XID_RECOVERY_CHANGED = 154
 BOOT_METRIC = "node_boot_time_seconds"  # node_exporter's stat collector: /proc/stat btime
+# the prometheus role's scrape job of dcgm-exporter (instance = the node's inventory name): a node
+# whose exporter target is up but serves no GPU series has zero GPUs (gpu-count FAILs where GPUs are
+# expected), not unknown ones
+DCGM_JOB = "dcgm-exporter"
 XID_STEP_SECONDS = 5  # resolution of an XID's last-counted time (about the scrape interval)
 GAUGES = (
     XID_LAST,
@@ -197,6 +201,8 @@ class PrometheusSource:
             # still counted the XID (at most the exporter's window after the event itself)
             "xid_last": f"max by ({_KEEP}, xid) (max_over_time("
             f"(timestamp({counted}) and {counted} > 0)[{xw}:{step}]))",
+            # the last scrape of each node's dcgm-exporter target that answered (up 1)
+            "dcgm_up": f'max by (instance) (timestamp(up{{job="{DCGM_JOB}"}} == 1))',
         }
 
     def collect(self, nodes: list[str], now: float) -> list[Evidence]:
@@ -251,6 +257,11 @@ def build_evidence(
             continue
         fresh[node][gpu] = max(_value(s), fresh[node].get(gpu, 0.0))
         uuids[(node, gpu)] = s["metric"]
+    exporter_up: dict[str, float] = {}
+    for s in results.get("dcgm_up", []):
+        node = node_of(s["metric"])
+        if node is not None:
+            exporter_up[node] = max(_value(s), exporter_up.get(node, 0.0))
     present: dict[str, set[str]] = defaultdict(set)
     for s in (*results.get("present", []), *results.get("values", [])):
         node = node_of(s["metric"])
@@ -282,10 +293,11 @@ def build_evidence(
     out: list[Evidence] = []
     for node in nodes:
         stamps = fresh.get(node, {})
-        if not stamps:
+        seen = max(stamps.values(), default=exporter_up.get(node))  # an up exporter without GPUs
+        if seen is None:
             out.append(Evidence(node, "prometheus", now, reachable=False, error="no dcgm-exporter series"))
             continue
-        age = now - max(stamps.values())
+        age = now - seen
         if age > stale_after:
             out.append(
                 Evidence(
@@ -301,7 +313,7 @@ def build_evidence(
         live = sorted(g for g, ts in stamps.items() if now - ts <= stale_after)
         _fill_zeros(live, have, gauges[node], counters[node])
         ev = Evidence(node, "prometheus", now, gpu_count=len(live), provides=provides)
-        ev.observed_at = max(stamps[g] for g in live)  # the scrape these facts come from
+        ev.observed_at = max((stamps[g] for g in live), default=seen)  # the scrape these facts come from
         by_gauge, by_counter = _ByGpu(gauges[node]), _ByGpu(counters[node])
         ev.gpus = [
             _gpu_evidence(g, uuids[(node, g)], by_gauge, by_counter, window_seconds) for g in live
@@ -310,7 +322,7 @@ def build_evidence(
         if XID_COUNT in have:
             ev.xid_mode = "count"
             ev.xids = _counted_xids(node, xid_counts[node], xid_last)
-            _mark_counted_now(ev.xids, max(stamps.values()), stale_after + xid_step_seconds)
+            _mark_counted_now(ev.xids, seen, stale_after + xid_step_seconds)
         elif XID_LAST in have:
             ev.xid_mode = "last-value"
             ev.xids = _last_xids(gauges[node])

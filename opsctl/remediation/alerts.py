@@ -37,12 +37,19 @@ ALERTS: dict[str, tuple[str, str]] = {
     "fatal-held": ("OpsctlFatalNodeInService", "page"),
     # fatal-class nodes drained past the brake or the drain guardrail ([health] fatal_max_drains)
     "fatal-drain": ("OpsctlFatalDrainPastLimits", "ticket"),
+    # the evidence source lost on every node ([health] unknown_alert_after): nothing is judged or
+    # drained (never evidence-lost); one page for the fleet, however long it lasts
+    "source-lost": ("OpsctlEvidenceSourceLost", "page"),
+    # nodes UNKNOWN for [health] unknown_alert_after: not judged; drained only once a required
+    # family is lost for unknown_fail_after (evidence-lost)
+    "unknown": ("OpsctlNodeUnknown", "ticket"),
 }
 OTHER = ("OpsctlRemediationAlert", "ticket")  # an alert code this version does not know yet
 
 
 def alert_kind(d: Decision) -> str:
-    """storm | brake | escalated | coverage | fatal-held | fatal-drain: the alert decision's code."""
+    """storm | brake | escalated | coverage | fatal-held | fatal-drain | source-lost | unknown: the
+    alert decision's code."""
     return d.code
 
 

@@ -17,6 +17,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from opsctl.errors import SourceUnreachable, Unreachable
 from opsctl.remediation.alerts import AlertmanagerClient, build_alerts
 from opsctl.remediation.metrics import RemediatorMetrics, brake_from_state
 from opsctl.remediation.pause import read_pause
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from opsctl.checks.service import HealthContext, HealthResult
     from opsctl.evidence.base import Source
     from opsctl.model import Node
+    from opsctl.policy import Decision
 
 log = logging.getLogger("opsctl.remediator")
 
@@ -60,6 +62,9 @@ class Remediator:
         self.number = 0
         self.errors = 0
         self.last_success = 0.0
+        # since when every pass found the source unreachable (in memory: a restart starts it again)
+        self.source_lost_since: float | None = None
+        self.targets: list[str] = []  # the nodes of the last pass that listed them
         previous = read_status(self.settings.status_file)  # what the service did before a restart
         self.recent: list[dict[str, Any]] = previous.recent if previous is not None else []
 
@@ -74,10 +79,12 @@ class Remediator:
         except Exception as exc:  # Prometheus, Slurm or a node down: this pass is lost, not the service
             duration = time.monotonic() - t0
             self.errors += 1
-            kind = type(exc).__name__
+            # a lost source is still counted as what it is to the dashboards: Unreachable
+            kind = "Unreachable" if isinstance(exc, Unreachable) else type(exc).__name__
             self.metrics.record_error(kind, duration)
             log.error("pass %d failed after %.2fs: %s: %s", self.number, duration, kind, exc)
             self.metrics.set_slurm_states(self._read_slurm())  # Slurm's view is still worth showing
+            self._source_lost(exc, started)
             status = PassStatus(time=started, number=self.number, ok=False, duration_s=round(duration, 3),
                                 interval=self.interval, error=f"{kind}: {exc}"[:500],
                                 paused=paused is not None, last_success=self.last_success,
@@ -86,6 +93,7 @@ class Remediator:
             return status
         duration = time.monotonic() - t0
         self.last_success = started
+        self.source_lost_since = None
         refusal = result.refusal
         self.metrics.record_pass(result, started, duration, paused=paused is not None, refusal=refusal)
         counts = {s: sum(1 for r in result.reports if r.status.value == s)
@@ -103,7 +111,7 @@ class Remediator:
         brief = [{k: v for k, v in d.to_json().items() if k != "verdicts"} for d in shown]
         self.recent = (self.recent + [{"time": started, "mode": result.mode, **d} for d in brief
                                       if d["action"] in RECENT_ACTIONS])[-RECENT_KEPT:]
-        self._send_alerts(result)
+        self._send_alerts(result.decisions, result.mode)
         self._after_pass(started, result.slurm.nodes if result.slurm is not None else self._read_slurm())
         status = PassStatus(time=started, number=self.number, ok=True, duration_s=round(duration, 3),
                             interval=self.interval, mode=result.mode, paused=paused is not None,
@@ -122,16 +130,32 @@ class Remediator:
         if shadow:  # the operator's pause: decide, log and report, but change nothing in Slurm
             ctx = dataclasses.replace(ctx, health=dataclasses.replace(ctx.health, shadow=True))
         targets = service.pass_nodes(ctx, None)  # the pass's one Slurm read, unless [health] nodes
+        self.targets = targets.names
         return service.run_health(ctx, targets.names, self.source, remediate=True, dry_run=False,
                                   slurm=targets.slurm)
 
-    def _send_alerts(self, result: HealthResult) -> None:
+    def _source_lost(self, exc: Exception, now: float) -> None:
+        """A pass the source failed (Prometheus gone): past ``[health] unknown_alert_after`` of them
+        in a row, the one page for the fleet (source-lost), re-sent every such pass. Nothing is
+        drained: the pass never reached a decision. Any other failure ends the run of lost passes."""
+        if not isinstance(exc, SourceUnreachable):
+            self.source_lost_since = None
+            return
+        from opsctl.policy import source_lost_alert
+
+        since = self.source_lost_since = self.source_lost_since or now
+        if now - since < self.ctx.health.unknown_alert_after:
+            return
+        what = f"{self.source.name} unreachable: {exc}"[:300]
+        self._send_alerts([source_lost_alert(self.targets or ["all"], now - since, what)], "")
+
+    def _send_alerts(self, decisions: list[Decision], mode: str) -> None:
         if self.alerts is None:
             return
         # stamped now, at the send: a pass can take many intervals, and an alert whose window began
         # at the pass start could arrive already ended
-        payload = build_alerts(result.decisions, time.time(), self.settings.resolve_window(self.interval),
-                               host=self.host, mode=result.mode)
+        payload = build_alerts(decisions, time.time(), self.settings.resolve_window(self.interval),
+                               host=self.host, mode=mode)
         if not payload:
             return
         try:

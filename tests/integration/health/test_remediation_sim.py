@@ -152,6 +152,38 @@ def test_dropped_exporter_is_unknown_and_not_drained(sim, cfg):
     assert result.exit_code == 3
 
 
+def test_a_node_whose_exporters_stay_down_is_drained_evidence_lost_after_unknown_fail_after(sim, cfg):
+    """UNKNOWN ends: gpu-006's exporters stop while the others' answer; UNKNOWN (and not drained) for
+    [health] unknown_fail_after, then FAIL evidence-lost and drained like any other FAIL."""
+    sim.set_config("health", unknown_fail_after=8.0, unknown_alert_after=4.0, max_fraction=1.0)
+    try:
+        monitoring.inject(sim, "gpu-006", "exporter_down")
+        first = wait_until(lambda: (r := health_pass(cfg)).status == "UNKNOWN" and r, timeout=30, interval=1)
+        t0 = time.monotonic()
+        assert [d for d in first.decisions if d.action in ("drain", "hold", "alert")] == []
+        result = wait_until(
+            lambda: (r := health_pass(cfg)) and any(d.action == "drain" for d in r.decisions) and r,
+            timeout=30, interval=1,
+        )
+        assert time.monotonic() - t0 >= 8.0 - 1.0  # the clock started at the first UNKNOWN pass
+        (d,) = [d for d in result.decisions if d.action == "drain"]
+        assert (d.node, d.code, d.result) == ("gpu-006", "evidence-lost", "applied")
+        assert d.latch["action"] == "reboot"
+        assert slurm_reasons(sim) == {"gpu-006": d.reason}
+        assert [n for n, s in statuses(result).items() if s != "OK"] == ["gpu-006"]
+    finally:
+        sim.set_config("health", unknown_fail_after=600.0, unknown_alert_after=300.0, max_fraction=0.10)
+
+
+def test_an_exporter_up_with_zero_gpu_series_is_a_gpu_count_failure(sim, cfg):
+    for gpu in range(8):  # NVML lost every GPU; dcgm-exporter still answers its scrapes
+        monitoring.inject(sim, "gpu-007", f"gpu_missing,gpu={gpu}")
+    result = wait_until(lambda: (r := health_pass(cfg)).status == "FAIL" and r, timeout=30, interval=1)
+    (r,) = [r for r in result.reports if r.node == "gpu-007"]
+    assert "0 of 8 GPUs visible" in [v.summary for v in r.verdicts if v.code == "gpu-count"]
+    assert [(d.node, d.code) for d in result.decisions if d.action == "drain"] == [("gpu-007", "gpu-count")]
+
+
 def test_same_fault_on_half_the_nodes_holds_the_brake_and_alerts(sim, cfg):
     half = ["gpu-001", "gpu-002", "gpu-004", "gpu-007"]
     for node in half:

@@ -83,8 +83,9 @@ def codes(report, status=None):
 def test_healthy_node_is_ok(th):
     r = judge_node(healthy(), th, NOW)
     assert r.status is Status.OK, [v.summary for v in r.problems]
-    # no mounts required by default; probe-hung and launch-node-failed come from policy, not checks
-    assert set(codes(r)) == CODES - {"evidence", "mount", "probe-hung", "launch-node-failed"}
+    # no mounts required by default; probe-hung, evidence-lost and launch-node-failed come from
+    # policy, not checks
+    assert set(codes(r)) == CODES - {"evidence", "mount", "probe-hung", "evidence-lost", "launch-node-failed"}
 
 
 def test_every_check_code_is_unique_and_needs_a_known_fact():

@@ -518,3 +518,47 @@ def test_a_node_of_the_fleet_whose_exporter_lacks_the_series_falls_back_and_is_u
         "catalogue",
     )
     assert {v.code: v for v in reports["gpu-001"].verdicts}["gpu-xid"].evidence["action"] == "reboot"
+
+
+def dcgm_up(states: list[NodeHardware]) -> list[Series]:
+    """The "dcgm_up" answer: the last scrape time of each node whose dcgm-exporter target is up."""
+    return [{"metric": {"instance": st.node}, "value": [NOW, str(NOW - 2)]} for st in states
+            if st.dcgm_exporter_up]
+
+
+def test_an_exporter_up_with_zero_gpu_series_is_a_gpu_count_failure_not_unknown() -> None:
+    lost = ";".join(f"gpu_missing,gpu={i}" for i in range(8))  # NVML lost every GPU; the exporter runs
+    states = fleet(gpu_002=lost, gpu_003="exporter_down=dcgm")
+    res = results(states) | {"dcgm_up": dcgm_up(states)}
+    ev = evidence(res)["gpu-002"]
+    assert ev.reachable and ev.gpu_count == 0 and ev.gpus == []
+    # the node's boot as it reads with its GPUs, so a reboot is provable against a latch of either
+    assert ev.boot_id and ev.boot_id == evidence(results(fleet()))["gpu-002"].boot_id
+    got = verdicts(res)
+    assert got["gpu-002"][0] == "FAIL" and "gpu-count:FAIL" in got["gpu-002"][1]
+    (r,) = [r for r in judge(build_evidence(NODES, res, NOW, 30.0, 600), load_thresholds(), NOW)
+            if r.node == "gpu-002"]
+    (v,) = [v for v in r.verdicts if v.code == "gpu-count"]
+    assert v.summary == "0 of 8 GPUs visible"
+    # an exporter that is down (up 0, so not in the answer) leaves its node UNKNOWN, as before
+    assert got["gpu-003"] == ("UNKNOWN", ["evidence:UNKNOWN"])
+    # an up sample older than stale_after is not "up now"
+    res["dcgm_up"] = [{**s, "value": [NOW, str(NOW - 120)]} for s in res["dcgm_up"]]
+    assert not evidence(res)["gpu-002"].reachable
+
+
+def test_the_exporter_up_query_asks_for_the_dcgm_exporter_job() -> None:
+    q = PrometheusSource("http://unused").queries()["dcgm_up"]
+    assert 'up{job="dcgm-exporter"} == 1' in q and _by(q, "dcgm_up") == ["instance"]
+
+
+def test_the_dcgm_job_is_the_one_the_prometheus_role_scrapes() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from opsctl.evidence.prometheus import DCGM_JOB
+
+    defaults = Path(__file__).resolve().parents[3] / "roles/prometheus/defaults/main.yml"
+    jobs = yaml.safe_load(defaults.read_text())["prometheus_scrape_jobs"]
+    assert next(j for j in jobs if j["group"] == "{{ prometheus_gpu_group }}")["job_name"] == DCGM_JOB

@@ -192,3 +192,36 @@ def test_the_remediator_command_is_listed_and_light():
     assert not {"prometheus_client", "opsctl.remediation.loop", "tenacity", "torch"} & loaded
     for sub in ("run", "pause", "unpause", "status"):
         assert sub in out.stdout
+
+
+def test_prometheus_gone_longer_than_unknown_alert_after_pages_once_and_drains_nothing(config, tmp_path):
+    import time as _time
+
+    config.write_text(config.read_text().replace("[health]\n", "[health]\nunknown_alert_after = 0.3\n"
+                                                 "unknown_fail_after = 0.5\n"))
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.sent: list[list[dict]] = []
+
+        def send(self, alerts):
+            self.sent.append(alerts)
+
+    service = Remediator(str(config), metrics=RemediatorMetrics())
+    service.alerts = Recorder()  # type: ignore[assignment]
+    first = service.run_pass()
+    assert not first.ok and service.alerts.sent == []  # not before unknown_alert_after
+    _time.sleep(0.6)  # longer than unknown_fail_after too
+    passes = [service.run_pass() for _ in range(3)]
+    assert all(not p.ok for p in passes)
+    # each pass re-sends the one alert (Alertmanager keeps it one page while it holds)
+    assert len(service.alerts.sent) == 3 and all(len(batch) == 1 for batch in service.alerts.sent)
+    (alert,) = service.alerts.sent[-1]
+    assert alert["labels"]["alertname"] == "OpsctlEvidenceSourceLost"
+    assert alert["labels"]["severity"] == "page"
+    assert alert["labels"]["nodes"] == "gpu-[001-004]" and "prometheus" in alert["annotations"]["summary"]
+    # the pass error is still counted under its kind, as before
+    assert service.metrics.registry.get_sample_value(
+        "opsctl_remediator_pass_errors_total", {"kind": "Unreachable"}) == 4
+    assert not (tmp_path / "state.json").exists() or json.loads((tmp_path / "state.json").read_text())[
+        "drains"] == []
