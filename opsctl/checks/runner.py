@@ -22,6 +22,8 @@ class NodeReport:
     # facts remediation latches on (not judgements): the kernel boot, each GPU's UUID and what the
     # driver says it needs, the XID mode and the probes that hung in this pass
     boot_id: str = ""
+    boot_kind: str = ""  # Evidence.boot_kind: "kernel" or "btime" ("": say it by the id's form)
+    boot_time: float | None = None  # the current boot's start (unix seconds), when known
     gpu_uuids: dict[int, str] = field(default_factory=dict)
     recovery: dict[int, str] = field(default_factory=dict)  # gpu -> recovery action, where known
     xid_mode: str = ""
@@ -40,6 +42,7 @@ class NodeReport:
             "source": self.source,
             "verdicts": [v.to_json() for v in self.verdicts],
             "boot_id": self.boot_id,
+            "boot_kind": self.boot_kind,
             "xid_mode": self.xid_mode,
         }
 
@@ -55,7 +58,10 @@ def judge_node(ev: Evidence, th: Thresholds, now: float) -> NodeReport:
             ev.error or "no evidence",
             {"source": ev.source, "short": "no evidence"},
         )
-        return NodeReport(ev.node, Status.UNKNOWN, [v], ev.source, boot_id=ev.boot_id)
+        return NodeReport(
+            ev.node, Status.UNKNOWN, [v], ev.source, boot_id=ev.boot_id, boot_kind=ev.boot_kind,
+            boot_time=ev.boot_time,
+        )
     verdicts: list[Verdict] = []
     for check in CATALOGUE:
         if check.fact not in ev.provides:
@@ -67,6 +73,8 @@ def judge_node(ev: Evidence, th: Thresholds, now: float) -> NodeReport:
         verdicts,
         ev.source,
         boot_id=ev.boot_id,
+        boot_kind=ev.boot_kind,
+        boot_time=ev.boot_time,
         gpu_uuids={g.index: g.uuid for g in ev.gpus if g.uuid},
         recovery={
             g.index: g.recovery_action if g.recovery_action is not None else

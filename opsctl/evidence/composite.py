@@ -9,11 +9,14 @@ Two facts are not simply "first wins":
 
 - XIDs: a source that only knows the last XID per GPU ("last-value") is taken only when no other
   source has the node's XIDs (a count or the kernel log sees a fatal XID a later harmless one hides).
-- The boot: boot ids of different sources are different strings for the same boot (node_exporter's
-  boot time vs the kernel's random boot_id), so they are never mixed. The boot comes from the first
-  source that reports one for any node in this collection; a node that source lacks gets no boot id
-  (unknown) rather than the other's, which would read as a reboot. XID events of another source
-  that belong to its current boot are relabelled to the chosen boot id.
+- The boot: boot ids of different sources may be different strings for the same boot (the boot
+  time "boot-<btime>" where node_exporter lacks the role's boot id metric vs the kernel's random
+  boot_id), so they are never mixed. The boot comes from the first source that reports one for any
+  node in this collection; a node that source lacks gets no boot id (unknown) rather than the
+  other's. Its kind (Evidence.boot_kind) comes with it: remediation never compares boot ids of
+  different kinds, so a pass whose kind differs from a latch's cannot prove a reboot (it never reads
+  as one). XID events of another source that belong to its current boot are relabelled to the
+  chosen boot id.
 """
 
 from __future__ import annotations
@@ -147,7 +150,7 @@ def _merge_node(
     if boot_source is not None:
         chosen = by_source[boot_source].get(node)
         if chosen is not None and chosen.reachable and chosen.boot_id:
-            out.boot_id, out.boot_time = chosen.boot_id, chosen.boot_time
+            out.boot_id, out.boot_kind, out.boot_time = chosen.boot_id, chosen.boot_kind, chosen.boot_time
             origin["boot"] = names[boot_source]
             _relabel_boot(out, {n: ev.boot_id for n, ev in live}, origin.get("xids", ""))
     out.probe_timeouts = sorted({p for _, ev in live for p in ev.probe_timeouts})

@@ -9,6 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# What an Evidence.boot_id is: the kernel's boot_id, or the boot time (a clock step moves it)
+BOOT_KERNEL = "kernel"
+BOOT_BTIME = "btime"
+BOOT_KINDS = (BOOT_KERNEL, BOOT_BTIME)
+
 # Names of the facts a source may provide; checks declare which one they need.
 FACTS = (
     "gpu_count",
@@ -153,6 +158,10 @@ class Evidence:
     observed_at: float | None = None
     error: str = ""  # why the node could not be read (unreachable, stale series, ...)
     boot_id: str = ""  # current kernel boot, when known: XIDs of earlier boots are history
+    # what boot_id is (BOOT_KINDS): "kernel", the kernel's random boot_id
+    # (/proc/sys/kernel/random/boot_id), new at every boot and nothing else; "btime", the boot time
+    # as "boot-<whole seconds>" (node_boot_time_seconds), which a clock step moves too; "" with no id
+    boot_kind: str = ""
     boot_time: float | None = None  # unix seconds the current boot started, when known
     gpu_count: int | None = None
     gpus: list[GpuEvidence] = field(default_factory=list)

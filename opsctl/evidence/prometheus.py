@@ -11,6 +11,9 @@ A handful of queries cover the whole cluster, whatever its size (they run concur
 5. the XID count (``DCGM_EXP_XID_ERRORS_COUNT``, a count within dcgm-exporter's own window, 5 min
    by default) over the XID policy window: its maximum, and the last time each (GPU, XID) was > 0.
    An XID that left the exporter's window stays visible for the whole policy window.
+6. the kernel's boot id (``opsctl_boot_id_info``, the node_exporter role's textfile metric): a
+   node's boot id is that ("kernel" kind); without it, its boot time ``boot-<btime>`` ("btime"
+   kind, which a clock step moves: remediation allows for that, docs/health-checks.md).
 
 A node with no fresh GPU series is UNKNOWN (``reachable=False``), never healthy, and never a
 reason to drain. A fact whose series exist for no node at all is not "provided" and its check is
@@ -25,12 +28,13 @@ import concurrent.futures
 import contextlib
 import functools
 import gc
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
 from opsctl.errors import Unreachable
-from opsctl.evidence.model import Evidence, GpuEvidence, IbPortEvidence, XidEvent
+from opsctl.evidence.model import BOOT_BTIME, BOOT_KERNEL, Evidence, GpuEvidence, IbPortEvidence, XidEvent
 
 FRESHNESS_METRIC = "DCGM_FI_DEV_GPU_TEMP"
 XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"  # per-XID count within the exporter's window (label xid)
@@ -45,6 +49,9 @@ BOOT_METRIC = "node_boot_time_seconds"  # node_exporter's stat collector: /proc/
 # whose exporter target is up but serves no GPU series has zero GPUs (gpu-count FAILs where GPUs are
 # expected), not unknown ones
 DCGM_JOB = "dcgm-exporter"
+# the kernel's boot_id, which the node_exporter role's opsctl-boot-id unit writes at every boot into
+# the textfile collector's directory: opsctl_boot_id_info{boot_id="<uuid>"} 1
+BOOT_ID_METRIC = "opsctl_boot_id_info"
 XID_STEP_SECONDS = 5  # resolution of an XID's last-counted time (about the scrape interval)
 GAUGES = (
     XID_LAST,
@@ -104,6 +111,7 @@ IB_PHYS_STATES = {
 }
 
 Series = dict[str, Any]
+_BOOT_ID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 # node identity (any spelling) and entity labels
 _NODE = "Hostname, hostname, node, nodename, instance"
 _KEEP = f"{_NODE}, gpu, device, port"
@@ -170,7 +178,7 @@ class PrometheusSource:
         return query
 
     def queries(self) -> dict[str, str]:
-        """Eight instant queries for the whole cluster. A healthy cluster answers with little: the
+        """Nine instant queries for the whole cluster. A healthy cluster answers with little: the
         fault gauges come back only where they are non-zero, counters and XIDs only where they grew;
         which families each node reports at all comes from one ``count by (__name__)``."""
         w = f"{self.window_seconds}s"
@@ -203,6 +211,7 @@ class PrometheusSource:
             f"(timestamp({counted}) and {counted} > 0)[{xw}:{step}]))",
             # the last scrape of each node's dcgm-exporter target that answered (up 1)
             "dcgm_up": f'max by (instance) (timestamp(up{{job="{DCGM_JOB}"}} == 1))',
+            "boot_ids": f"max by (boot_id, {_NODE}) ({BOOT_ID_METRIC})",
         }
 
     def collect(self, nodes: list[str], now: float) -> list[Evidence]:
@@ -289,6 +298,11 @@ def build_evidence(
         node = node_of(s["metric"])
         if node is not None:
             xid_last[(node, _gpu(s["metric"]), s["metric"].get("xid", ""))] = _value(s)
+    kernel_boots: dict[str, set[str]] = defaultdict(set)
+    for s in results.get("boot_ids", []):
+        node = node_of(s["metric"])
+        if node is not None and _BOOT_ID_RE.match(s["metric"].get("boot_id", "")):
+            kernel_boots[node].add(s["metric"]["boot_id"])
     provides = _provides(families)
     out: list[Evidence] = []
     for node in nodes:
@@ -332,11 +346,7 @@ def build_evidence(
         if "node_infiniband_state_id" in have:
             with_counters = any(k in have for k in COUNTERS if k.startswith("node_infiniband"))
             ev.ib_ports = _ib_ports(gauges[node], counters[node], window_seconds, with_counters)
-        boot = gauges[node].get(BOOT_METRIC)
-        if boot:
-            ev.boot_time = max(_value(b) for b in boot)
-            ev.boot_id = f"boot-{int(ev.boot_time)}"  # btime is whole seconds: stable per boot
-            _stamp_boot(ev, ev.boot_time)
+        _set_boot(ev, gauges[node].get(BOOT_METRIC), kernel_boots.get(node, set()))
         out.append(ev)
     return out
 
@@ -512,6 +522,20 @@ def _mark_counted_now(xids: list[XidEvent], scraped: float, lag: float) -> None:
     last-counted time: the count saw it in a scrape after the subquery's last step, so it is new."""
     for e in xids:
         e.counted_now = e.time is None or e.time >= scraped - lag
+
+
+def _set_boot(ev: Evidence, boot: list[Series] | None, kernel: set[str]) -> None:
+    """The node's boot: the kernel's boot_id where its textfile metric names exactly one (two would
+    be the scrapes of two boots, neither sure to be the current one), else the boot time as
+    ``boot-<btime>`` (whole seconds: stable per boot, but a clock step moves it)."""
+    if boot:
+        ev.boot_time = max(_value(b) for b in boot)
+    if len(kernel) == 1:
+        ev.boot_id, ev.boot_kind = next(iter(kernel)), BOOT_KERNEL
+    elif ev.boot_time is not None:
+        ev.boot_id, ev.boot_kind = f"boot-{int(ev.boot_time)}", BOOT_BTIME
+    if ev.boot_time is not None:
+        _stamp_boot(ev, ev.boot_time)
 
 
 def _stamp_boot(ev: Evidence, boot_time: float) -> None:

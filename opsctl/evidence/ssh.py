@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 from opsctl.address import split_address
 from opsctl.evidence.convert import gpus_from_nvidia_smi, ib_from_sysfs, sxids_from_dmesg, xids_from_dmesg
-from opsctl.evidence.model import Evidence, LustreEvidence, MountEvidence, SxidEvent, XidEvent
+from opsctl.evidence.model import BOOT_KERNEL, Evidence, LustreEvidence, MountEvidence, SxidEvent, XidEvent
 from opsctl.parsers.dmesg_xid import parse_dmesg_xids
 from opsctl.parsers.ib_sysfs import DEFAULT_ROOT, grep_argv, parse_grep_output, parse_ib_sysfs
 from opsctl.parsers.journal_kernel import parse_journal_kernel, valid_cursor
@@ -277,6 +277,7 @@ def evidence_from_outputs(
     ev = Evidence(node=node, source="ssh", collected_at=now, provides=SSH_FACTS)
     boot = out.get("boot_id")
     ev.boot_id = boot.stdout.strip() if boot and boot.ok else ""
+    ev.boot_kind = BOOT_KERNEL if ev.boot_id else ""
     uptime: float | None = None
     up = out.get("uptime")
     if up and up.ok and up.stdout.split():

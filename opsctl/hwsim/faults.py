@@ -1,10 +1,11 @@
 """Faults that change a node's simulated hardware the way the real failure would show in its tools.
 
 A fault spec is ``NAME[=VALUE][,KEY=VALUE...]``, for example ``xid=79``, ``xid=79,gpu=3``,
-``ecc_dbe,gpu=2``, ``gpu_missing=3``, ``ib_down=mlx5_2``. Two specs are repairs rather than faults:
-``reboot`` (a new boot: volatile state clears, damage stays) and ``gpu_reset[,gpu=K]``
-(``nvidia-smi -r``). ``heal`` returns the node to its healthy, seeded self (as a repaired, rebooted
-node would be: a new boot, counters and the kernel log start again).
+``ecc_dbe,gpu=2``, ``gpu_missing=3``, ``ib_down=mlx5_2``, ``clock_step=30`` (the wall clock
+stepped: the boot time moves, the boot and its boot_id stay). Two specs are repairs rather than
+faults: ``reboot`` (a new boot, with a new kernel boot_id: volatile state clears, damage stays) and
+``gpu_reset[,gpu=K]`` (``nvidia-smi -r``). ``heal`` returns the node to its healthy, seeded self
+(as a repaired, rebooted node would be: a new boot, counters and the kernel log start again).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from opsctl.hwsim.state import (
     NodeHardware,
     XidEvent,
     make_node,
+    new_boot_id,
 )
 
 
@@ -250,6 +252,18 @@ def boot_time(now: float) -> float:
     return float(math.ceil(now))
 
 
+def _clock_step(state: NodeHardware, spec: FaultSpec) -> None:
+    """The wall clock is stepped (chrony's first sync after a bad RTC, a clock set by hand): the
+    kernel's btime, wall time minus uptime, moves with it; the boot and its boot_id do not."""
+    try:
+        seconds = float(spec.value or "")
+    except ValueError:
+        raise FaultError(f"fault 'clock_step': want a number of seconds, not {spec.value!r}") from None
+    if not math.isfinite(seconds) or seconds == 0:
+        raise FaultError(f"fault 'clock_step': want a non-zero number of seconds, not {spec.value!r}")
+    state.boot_time += seconds
+
+
 def _idle(gpu: Gpu, healthy: Gpu, now: float) -> None:
     """What a GPU reset does to one GPU: the job on it is gone, volatile error state clears, a
     pending row remap takes effect; the aggregate counters and remapped rows stay."""
@@ -300,6 +314,7 @@ def _reboot(state: NodeHardware, spec: FaultSpec) -> None:
     now = time.time()
     healthy = make_node(state.node)
     state.boot_time = boot_time(now)
+    state.boot_id = new_boot_id()
     state.xids = []
     for gpu in state.gpus:
         _idle(gpu, healthy.gpu(gpu.index), now)
@@ -333,6 +348,11 @@ FAULTS: dict[str, tuple[Callable[[NodeHardware, FaultSpec], None], str]] = {
         "gpu_reset[,gpu=K]: nvidia-smi -r on GPU K: its volatile errors, pending remap, recovery "
         "action and DCGM's XIDs clear; same boot",
     ),
+    "clock_step": (
+        _clock_step,
+        "clock_step=SECONDS: the wall clock is stepped by SECONDS (negative: back): the boot time "
+        "(node_boot_time_seconds) moves by as much, the boot and its boot_id stay",
+    ),
     "reboot": (
         _reboot,
         "reboot: a new boot: XIDs, volatile ECC, pending remaps and recovery actions clear, links and "
@@ -365,5 +385,6 @@ def heal(state: NodeHardware, *, now: float | None = None) -> NodeHardware:
     now = time.time() if now is None else now
     fresh = make_node(state.node, now=now, hca_layout=state.hca_layout)
     fresh.boot_time = boot_time(now)
+    fresh.boot_id = new_boot_id()
     state.__dict__.update(fresh.__dict__)
     return state

@@ -6,8 +6,9 @@ Two exporters, as on the real node, each on its own endpoint:
   and described as the file says, with its labels ``gpu``, ``UUID``, ``pci_bus_id``, ``device``,
   ``modelName``, ``Hostname`` and one label per ``label`` row of the file; plus its XID collector's
   ``DCGM_EXP_XID_ERRORS_COUNT`` when the file lists it. A field the file leaves out is absent.
-- node_exporter: the stat collector's boot time and the infiniband collector's
-  ``node_infiniband_*{device,port}``.
+- node_exporter: the stat collector's boot time, the infiniband collector's
+  ``node_infiniband_*{device,port}``, and the textfile collector serving the node_exporter role's
+  boot id file (``opsctl_boot_id_info{boot_id}``, the kernel's boot_id).
 
 ``render_text`` writes the Prometheus text format the way those Go exporters do: ``# TYPE`` names
 equal to sample names (dcgm-exporter's counters carry no ``_total``), labels in emission order, and
@@ -445,6 +446,20 @@ def stat_families(state: NodeHardware) -> list[Family]:
     return [boot]
 
 
+# The node_exporter role's opsctl-boot-id unit writes this file at every boot into the textfile
+# collector's directory (roles/node_exporter/templates/opsctl-boot-id.sh.j2, the same HELP)
+BOOT_ID_METRIC = "opsctl_boot_id_info"
+BOOT_ID_HELP = "The kernel's boot_id of the running boot (/proc/sys/kernel/random/boot_id)."
+
+
+def boot_id_families(state: NodeHardware) -> list[Family]:
+    """node_exporter's textfile collector serving the role's boot id file: one series whose
+    ``boot_id`` label is the kernel's boot_id (new at each boot, unmoved by a clock step)."""
+    info = Family(BOOT_ID_METRIC, "gauge", BOOT_ID_HELP)
+    info.samples.append(Sample({"boot_id": state.boot_id}, 1.0))
+    return [info]
+
+
 def families(
     state: NodeHardware,
     counters: Sequence[collectors.Counter] | None = None,
@@ -464,13 +479,15 @@ def families(
 
 
 def node_families(state: NodeHardware, *, now: float | None = None) -> list[Family]:
-    """node_exporter's families the simulator serves: the stat collector's boot time, the
-    filesystem, nfs and infiniband collectors (all on by default in node_exporter 1.5 and 1.9; the
-    role names infiniband anyway, --collector.infiniband, so that a site turning defaults off keeps
-    it). The real exporter serves many more (cpu, memory, ...) that nothing in opsctl reads."""
+    """node_exporter's families the simulator serves: the stat collector's boot time, the textfile
+    collector's boot id (the role's file), the filesystem, nfs and infiniband collectors (all on by
+    default in node_exporter 1.5 and 1.9; the role names infiniband anyway, --collector.infiniband,
+    so that a site turning defaults off keeps it). The real exporter serves many more (cpu,
+    memory, ...) that nothing in opsctl reads."""
     now = time.time() if now is None else now
     return (
         stat_families(state)
+        + boot_id_families(state)
         + filesystem_families(state)
         + nfs_families(state, now)
         + infiniband_families(state, now=now)

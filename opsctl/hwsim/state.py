@@ -17,6 +17,7 @@ import random
 import re
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -286,6 +287,9 @@ class NodeHardware:
     node: str
     seed: int
     boot_time: float  # unix seconds of the current kernel boot (/proc/stat btime)
+    # the kernel's random boot_id (/proc/sys/kernel/random/boot_id): new at every boot, unmoved by a
+    # clock step; "" in state files written before it (from_dict gives those one)
+    boot_id: str = ""
     driver_version: str = DRIVER_VERSION
     cuda_version: str = CUDA_VERSION
     gpus: list[Gpu] = field(default_factory=list)
@@ -327,7 +331,20 @@ class NodeHardware:
             gpus.append(Gpu(**g, nvlinks=links))
         hcas = [Hca(**h) for h in d.pop("hcas", [])]
         xids = [XidEvent(**x) for x in d.pop("xids", [])]
+        if not d.get("boot_id"):  # an older state file: one id per (node, boot), stable across loads
+            d["boot_id"] = derived_boot_id(int(d["seed"]), float(d["boot_time"]))
         return cls(**d, gpus=gpus, hcas=hcas, xids=xids)
+
+
+def new_boot_id() -> str:
+    """A fresh kernel boot_id, as the kernel makes one at each boot: a random (version 4) UUID."""
+    return str(uuid.uuid4())
+
+
+def derived_boot_id(seed: int, boot_time: float) -> str:
+    """The boot_id of a node's seeded boot: random-looking, the same for the same node and boot."""
+    digest = hashlib.sha256(f"{seed}:{int(boot_time)}".encode()).digest()[:16]
+    return str(uuid.UUID(bytes=digest, version=4))
 
 
 def node_seed(node: str) -> int:
@@ -413,7 +430,13 @@ def make_node(node: str, *, now: float | None = None, hca_layout: str = DEFAULT_
             )
         )
     return NodeHardware(
-        node=node, seed=seed, boot_time=boot_time, gpus=gpus, hcas=hcas, hca_layout=hca_layout
+        node=node,
+        seed=seed,
+        boot_time=boot_time,
+        boot_id=derived_boot_id(seed, boot_time),
+        gpus=gpus,
+        hcas=hcas,
+        hca_layout=hca_layout,
     )
 
 

@@ -22,13 +22,14 @@ from typing import Any
 import pytest
 from promlab import free_port, wait_until
 
-from opsctl.checks import judge
+from opsctl.checks import NodeReport, judge
 from opsctl.checks.settings import HealthSection
 from opsctl.config import load_config
 from opsctl.errors import Unreachable
 from opsctl.evidence.model import Evidence
 from opsctl.evidence.prometheus import PrometheusSource
 from opsctl.hwsim.state import load, state_path
+from opsctl.policy import Latch, resume_proof
 from opsctl.sim import monitoring
 from opsctl.sim.addons import register_addon
 from opsctl.sim.cluster import SimCluster
@@ -134,7 +135,7 @@ def healed(sim: SimCluster) -> Iterator[SimCluster]:
 def test_node_exporter_down_on_one_node_is_unknown_for_its_families_not_fail(healed: SimCluster) -> None:
     sim = healed
     before = evidence(sim, "gpu-002")
-    assert before.boot_id.startswith("boot-") and before.ib_ports and before.xid_mode == "count"
+    assert before.boot_kind == "kernel" and before.ib_ports and before.xid_mode == "count"
     monitoring.inject(sim, "gpu-002", "exporter_down=node")
     want = {
         "gpu-001": ("OK", []),
@@ -199,6 +200,35 @@ def test_a_reboot_is_a_new_boot_id_and_clears_the_recovery_action(healed: SimClu
     assert e.boot_id == f"before-{after.boot_id}"
     assert problems(sim)["gpu-004"] == ("OK", [])
     assert sim.slurmd_running("gpu-004")
+
+
+def test_a_clock_step_is_not_a_reboot_and_a_reboot_is(healed: SimCluster) -> None:
+    """node_exporter serves the kernel's boot_id (the role's textfile metric): a stepped clock moves
+    the boot time and proves no reboot, for a latch on either kind of boot id; a reboot does."""
+    sim = healed
+    th = HealthSection(ib_devices=FABRIC).load_thresholds()
+
+    def report() -> NodeReport:
+        (r,) = judge(source(sim).collect(["gpu-002"], time.time()), th, time.time())
+        return r
+
+    before = report()
+    assert before.boot_kind == "kernel" and before.boot_time is not None
+    assert before.boot_id == load(state_path(monitoring.hw_dir(sim), "gpu-002")).boot_id
+    drained = {"reason": "opsctl:health:gpu-xid:x", "time": time.time(), "code": "gpu-xid"}
+    drained["action"] = "reboot"
+    kernel = Latch(**drained, boot_id=before.boot_id, boot_kind=before.boot_kind)
+    btime = Latch(**drained, boot_id=f"boot-{int(before.boot_time)}")  # a latch of an older state file
+    monitoring.inject(sim, "gpu-002", "clock_step=30")
+    stepped = wait_until(lambda: (r := report()).boot_time == before.boot_time + 30 and r, timeout=20)
+    assert (stepped.boot_id, stepped.boot_kind) == (before.boot_id, "kernel")
+    assert resume_proof(kernel, stepped) == (False, "waiting for a reboot: boot id unchanged since the drain")
+    proven, why = resume_proof(btime, stepped)
+    assert not proven and "clock step" in why
+    monitoring.inject(sim, "gpu-002", "reboot")
+    after = wait_until(lambda: (r := report()).boot_id != before.boot_id and r, timeout=20)
+    # (the boot-time latch is not asked here: this sim node may have booted, healed, under 60 s ago)
+    assert after.boot_kind == "kernel" and resume_proof(kernel, after)[0]
 
 
 def test_a_gpu_reset_clears_its_recovery_action_and_pending_remap_within_the_boot(healed: SimCluster) -> None:

@@ -16,6 +16,7 @@ import pytest
 from opsctl.checks import judge, load_thresholds
 from opsctl.checks.settings import HealthSection
 from opsctl.evidence.prometheus import (
+    BOOT_ID_METRIC,
     COUNTERS,
     NONZERO_GAUGES,
     REASON_GAUGES,
@@ -98,6 +99,7 @@ def answers(
         "nonzero": answer("nonzero", lambda lb, v: lb["__name__"] in nonzero and v != 0),
         "reasons": answer("reasons", lambda lb, v: lb["__name__"] in REASON_GAUGES and v >= 0x40),
         "values": answer("values", lambda lb, v: lb["__name__"] in VALUE_GAUGES),
+        "boot_ids": answer("boot_ids", lambda lb, v: lb["__name__"] == BOOT_ID_METRIC),
         "counters": counters or [],
         "xid_counts": [],
         "xid_last": [],
@@ -136,9 +138,9 @@ def test_a_healthy_fleet_reports_every_family_with_boot_identity_and_recovery_ac
     ev = evs["gpu-002"]
     assert ev.reachable and ev.gpu_count == 8 and ev.xid_mode == "count" and ev.xids == []
     assert {"gpu_count", "xid", "ecc", "row_remap", "pcie", "throttle", "ib", "ib_errors"} <= ev.provides
-    assert (
-        ev.boot_time == float(int(states[1].boot_time)) and ev.boot_id == f"boot-{int(states[1].boot_time)}"
-    )
+    # the kernel's boot_id, from the node_exporter role's textfile metric
+    assert ev.boot_time == float(int(states[1].boot_time))
+    assert (ev.boot_id, ev.boot_kind) == (states[1].boot_id, "kernel")
     assert [g.uuid for g in ev.gpus] == [g.uuid for g in states[1].gpus]  # UUIDs carried for latching
     assert {g.recovery_action for g in ev.gpus} == {"none"}
     assert {(g.remap_pending, g.remap_failure, g.ecc_dbe_volatile) for g in ev.gpus} == {(False, False, 0)}
@@ -259,6 +261,26 @@ def test_a_reboot_is_a_new_boot_id_and_a_gpu_reset_is_not() -> None:
     assert before.gpus[2].recovery_action == "reset" and before.gpus[2].remap_pending is True
     apply_fault(states[0], "reboot")
     assert evidence(results(states))["gpu-001"].boot_id != before.boot_id
+
+
+def test_a_clock_step_moves_the_boot_time_and_not_the_kernel_boot_id() -> None:
+    states = fleet()
+    before = evidence(results(states))["gpu-001"]
+    apply_fault(states[0], "clock_step=30")
+    stepped = evidence(results(states))["gpu-001"]
+    assert (stepped.boot_id, stepped.boot_kind) == (before.boot_id, "kernel")
+    assert before.boot_time is not None and stepped.boot_time == before.boot_time + 30
+    apply_fault(states[0], "reboot")
+    rebooted = evidence(results(states))["gpu-001"]
+    assert rebooted.boot_kind == "kernel" and rebooted.boot_id not in ("", before.boot_id)
+
+
+def test_without_the_boot_id_metric_the_boot_id_is_the_boot_time() -> None:
+    """A node whose node_exporter lacks the role's boot id file (the role not yet applied): the
+    boot time, said to be of the "btime" kind (a clock step moves it)."""
+    states = fleet()
+    ev = evidence(results(states, drop={"gpu-001": {BOOT_ID_METRIC}}))["gpu-001"]
+    assert (ev.boot_id, ev.boot_kind) == (f"boot-{int(states[0].boot_time)}", "btime")
 
 
 def test_stale_and_absent_dcgm_series_leave_the_node_unknown() -> None:

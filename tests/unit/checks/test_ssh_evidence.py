@@ -43,7 +43,7 @@ def test_kernel_log_from_the_journal(real):
         "cursor": CURSOR,
         "lines": 4,
     }
-    assert ev.boot_time == NOW - 2397200.0
+    assert ev.boot_time == NOW - 2397200.0 and ev.boot_kind == "kernel"  # the kernel's boot_id
     assert [(x.xid, x.mono) for x in ev.xids] == [(94, 2397166.983093), (64, 2397166.923949)]
     assert [(s.sxid, s.fatal, s.switch) for s in ev.sxids] == [(12028, False, "0000:85:00")]
     assert all(NOW - 40 < x.time < NOW for x in ev.xids)

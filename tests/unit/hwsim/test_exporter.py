@@ -129,7 +129,10 @@ def test_each_node_has_a_dcgm_and_a_node_exporter_port(
     free = {labels["gpu"]: v for labels, v in series["DCGM_FI_DEV_FB_FREE"]}
     assert free["0"] == 143771 - 551
     node = _scrape(ports["gpu-002"]["node"])
-    assert node and all(name.startswith("node_") for name in node)
+    # node_exporter's own families, and the textfile collector's serving of the role's boot id file
+    assert node and all(name.startswith("node_") for name in node if name != "opsctl_boot_id_info")
+    ((labels, value),) = node["opsctl_boot_id_info"]
+    assert (set(labels), value) == ({"boot_id"}, 1.0)
 
 
 def test_the_shipped_file_gives_dcgm_3_names_and_its_own_help(exporter: MultiExporter) -> None:
@@ -308,8 +311,8 @@ def test_exporter_down_refuses_connections_and_comes_back(exporter: MultiExporte
 def test_only_one_exporter_down_drops_only_its_series(node: NodeHardware) -> None:
     apply_fault(node, "exporter_down=dcgm")
     names = {f.name for f in families(node)}
-    assert names and all(n.startswith("node_") for n in names)
-    assert "node_boot_time_seconds" in names and "node_infiniband_state_id" in names
+    assert names and all(n.startswith("node_") for n in names - {"opsctl_boot_id_info"})
+    assert {"node_boot_time_seconds", "node_infiniband_state_id", "opsctl_boot_id_info"} <= names
     apply_fault(node, "exporter_down=node")
     assert families(node) == []
 

@@ -189,9 +189,12 @@ def test_heal_restores_the_seeded_node(node: NodeHardware) -> None:
     specs = ["xid=79", "ecc_dbe,gpu=1", "gpu_missing=3", "ib_down=mlx5_2", "exporter_down", "slurmd_stopped"]
     for spec in specs:
         apply_fault(node, spec)
+    boot_id = node.boot_id
     heal(node, now=NOW + 60)
     repaired = make_node("gpu-007", now=NOW + 60)
-    repaired.boot_time = NOW + 60  # a repaired node has been rebooted
+    repaired.boot_time = NOW + 60  # a repaired node has been rebooted: a new boot, a new boot_id
+    assert node.boot_id not in (boot_id, repaired.boot_id)
+    repaired.boot_id = node.boot_id
     assert node == repaired
 
 
@@ -235,3 +238,27 @@ def test_busy_moves_ib_data_until_the_link_drops(node: NodeHardware) -> None:
     frozen = node.hca("mlx5_3").current_counters()
     assert node.hca("mlx5_3").current_counters(time.time() + 3600) == frozen
     assert frozen["port_rcv_data"] > idle["port_rcv_data"]  # what moved before the drop is kept
+
+
+def test_a_clock_step_moves_only_the_boot_time_and_a_reboot_is_a_new_boot_id(node: NodeHardware) -> None:
+    boot, boot_id = node.boot_time, node.boot_id
+    assert len(boot_id) == 36 and make_node(node.node, now=NOW).boot_id == boot_id  # seeded per boot
+    apply_fault(node, "clock_step=30")
+    assert (node.boot_time, node.boot_id) == (boot + 30, boot_id)
+    apply_fault(node, "clock_step=-90")
+    assert (node.boot_time, node.boot_id) == (boot - 60, boot_id)
+    for bad in ("clock_step", "clock_step=0", "clock_step=soon"):
+        with pytest.raises(FaultError):
+            apply_fault(node, bad)
+    apply_fault(node, "reboot")
+    assert node.boot_id != boot_id and node.boot_time > boot
+    rebooted = node.boot_id
+    heal(node)
+    assert node.boot_id not in (boot_id, rebooted)
+
+
+def test_a_state_file_without_a_boot_id_gets_one_that_stays(node: NodeHardware) -> None:
+    data = node.to_dict()
+    del data["boot_id"]  # written before the simulator kept the kernel's boot_id
+    first, again = NodeHardware.from_dict(data), NodeHardware.from_dict(dict(data))
+    assert first.boot_id and first.boot_id == again.boot_id
