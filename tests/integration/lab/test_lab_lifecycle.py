@@ -18,13 +18,15 @@ import hashlib
 import json
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lab_helpers import Converged, RunningLab, explain, playbook
+from lab_helpers import Converged, RunningLab, explain, playbook, wait_for
 
 from opsctl.lab.packages import LOCAL_SOURCES_FILE, build_sim_package, write_repo_index
 
@@ -58,6 +60,19 @@ def nodes(lab: RunningLab) -> dict[str, dict[str, Any]]:
 
 def boot_id(lab: RunningLab, node: str) -> str:
     return out(lab, node, "cat", "/proc/sys/kernel/random/boot_id").strip()
+
+
+def health_boot(lab: RunningLab, node: str) -> tuple[str, str]:
+    """(boot id, its kind) as `opsctl health --source prometheus` reads them for NODE: the role's
+    opsctl-boot-id unit, its textfile, node_exporter and Prometheus on the way."""
+    env = dict(lab.env, OPSCTL_CONFIG=str(lab.cfg.state_dir / "opsctl.toml"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "opsctl", "health", node, "--source", "prometheus", "--json"],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert proc.stdout.strip(), proc.stderr  # exit 1 is fine here: gpu-001 had an XID in the window
+    (entry,) = json.loads(proc.stdout)["nodes"]
+    return str(entry["boot_id"]), str(entry["boot_kind"])
 
 
 def installed(lab: RunningLab, node: str) -> str:
@@ -176,6 +191,9 @@ def test_a_rolling_update_drains_installs_reboots_validates_and_resumes(
     ).strip()
     cancel_jobs += [long_job, short_job]
     boots = {m.name: boot_id(lab, m.name) for m in lab.cfg.gpu_machines}
+    # the proof of reboot opsctl relies on: the kernel's boot id, written at boot by the node_exporter role
+    assert out(lab, "gpu-001", "systemctl", "is-enabled", "opsctl-boot-id").strip() == "enabled"
+    assert health_boot(lab, "gpu-001") == (boots["gpu-001"], "kernel")
     lab.opsctl("inject", "gpu-002", "ecc_dbe")  # gpu-002's diagnostic will fail after its reboot
     audit_file = lab.cfg.state_dir / "audit.jsonl"
     audited_before = len(audit_file.read_text().splitlines()) if audit_file.exists() else 0
@@ -192,6 +210,9 @@ def test_a_rolling_update_drains_installs_reboots_validates_and_resumes(
     assert job_state(lab, short_job) == "COMPLETED"
     assert installed(lab, "gpu-001") == "1.1-1 hold"
     assert boot_id(lab, "gpu-001") != boots["gpu-001"]
+    rebooted_001 = boot_id(lab, "gpu-001")
+    wait_for("Prometheus to serve gpu-001's new kernel boot id",
+             lambda: health_boot(lab, "gpu-001") == (rebooted_001, "kernel"))
     assert "DRAIN" not in state["gpu-001"]["flags"] and state["gpu-001"]["state"] == "idle"
     # gpu-002: updated and rebooted, but its diagnostic failed: it stays drained, with the update's reason
     assert installed(lab, "gpu-002") == "1.1-1 hold"
