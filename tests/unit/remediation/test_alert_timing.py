@@ -7,12 +7,12 @@ Alertmanager already ended, and nobody is told. The clock here is loop.py's own 
 from __future__ import annotations
 
 import dataclasses
-import socket
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from remediator_config import free_port, write_config
 
 from opsctl.checks.service import HealthResult
 from opsctl.policy import Decision
@@ -21,12 +21,6 @@ from opsctl.remediation.loop import Remediator
 
 NOW = 1_800_000_000.0
 STORM = Decision("gpu-[001-004]", "alert", "storm: gpu-xid:xid79 on 4 nodes at once", "storm")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Clock:
@@ -60,25 +54,8 @@ def service_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: Clock, 
                  pass_seconds: float) -> tuple[Remediator, Recorder, list[list[Decision]]]:
     """A service whose passes take ``pass_seconds`` on ``clock`` and decide what the test puts in
     the returned list (one entry per pass, the last one repeated); its alerts go to a Recorder."""
-    config = tmp_path / "opsctl.toml"
-    config.write_text(f"""
-[slurm]
-backend = "cli"
-[prometheus]
-url = "http://127.0.0.1:{free_port()}"
-[audit]
-log = "audit.jsonl"
-[health]
-nodes = "gpu-[001-004]"
-state_file = "state.json"
-decision_log = "decisions.jsonl"
-[remediator]
-metrics_address = ""
-pause_file = "paused.json"
-status_file = "status.json"
-alertmanager_url = "http://127.0.0.1:{free_port()}"
-{remediator}
-""")
+    alertmanager = f'alertmanager_url = "http://127.0.0.1:{free_port()}"'
+    config = write_config(tmp_path, remediator=f'metrics_address = ""\n{alertmanager}\n{remediator}')
     monkeypatch.setattr(loop, "time", clock)  # loop.py's clock only
     service = Remediator(str(config))
     service.ctx = dataclasses.replace(service.ctx, slurm=None)  # no Slurm here: the pass reads none

@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from remediator_config import free_port, write_config
 
 from opsctl.remediation.loop import Remediator
 from opsctl.remediation.metrics import RemediatorMetrics
@@ -19,33 +20,9 @@ from opsctl.remediation.pause import read_pause
 from opsctl.remediation.status import PassStatus, read_status, write_status
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
-    path = tmp_path / "opsctl.toml"
-    path.write_text(f"""
-[slurm]
-backend = "cli"
-[prometheus]
-url = "http://127.0.0.1:{free_port()}"
-[audit]
-log = "audit.jsonl"
-[health]
-nodes = "gpu-[001-004]"
-state_file = "state.json"
-decision_log = "decisions.jsonl"
-[remediator]
-interval = 0.2
-metrics_address = "127.0.0.1:{free_port()}"
-pause_file = "paused.json"
-status_file = "status.json"
-""")
-    return path
+    return write_config(tmp_path, remediator=f'interval = 0.2\nmetrics_address = "127.0.0.1:{free_port()}"')
 
 
 def opsctl(config: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from remediator_config import write_config
 
 from opsctl.remediation.loop import Remediator
 from opsctl.remediation.scrape import (
@@ -73,25 +74,7 @@ def prometheus() -> Iterator[str]:
 
 
 def config(tmp_path: Path, url: str, interval: float) -> str:
-    path = tmp_path / "opsctl.toml"
-    path.write_text(f"""
-[slurm]
-backend = "cli"
-[prometheus]
-url = "{url}"
-[audit]
-log = "audit.jsonl"
-[health]
-nodes = "gpu-[001-004]"
-state_file = "state.json"
-decision_log = "decisions.jsonl"
-[remediator]
-interval = {interval}
-metrics_address = ""
-pause_file = "paused.json"
-status_file = "status.json"
-""")
-    return str(path)
+    return str(write_config(tmp_path, url, f'interval = {interval}\nmetrics_address = ""'))
 
 
 def test_a_configured_interval_under_the_scrape_interval_is_warned_about(tmp_path, prometheus, caplog):
