@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from memory_slurm import InMemorySlurm
 from test_policy import NOW, RecordingSlurm, actions, cluster, ib_down, ok, reports, xid
 
 from opsctl.checks.runner import NodeReport
@@ -168,22 +169,6 @@ def test_run_health_drains_the_xid79_node_past_the_real_guardrail(tmp_path: Path
     from opsctl.checks.settings import HealthSection
     from opsctl.config import AuditSection, Config
     from opsctl.evidence.model import Evidence, XidEvent
-    from opsctl.model import Node
-
-    class Backend:
-        def __init__(self) -> None:
-            self.all = {f"gpu-{i:03d}": Node(f"gpu-{i:03d}", "idle") for i in range(1, 7)}
-
-        def nodes(self, names):
-            return [n for n in self.all.values() if names is None or n.name in names]
-
-        def drain(self, names, reason):
-            for n in names:
-                self.all[n].flags.add("DRAIN")
-                self.all[n].reason = reason
-
-        def resume(self, names):  # pragma: no cover - nothing resumes here
-            raise AssertionError(names)
 
     class Source:
         name = "fake"
@@ -197,7 +182,7 @@ def test_run_health_drains_the_xid79_node_past_the_real_guardrail(tmp_path: Path
                 out.append(ev)
             return out
 
-    backend = Backend()
+    backend = InMemorySlurm()
     backend.drain(["gpu-002"], "opsctl:manual:operator hold")
     config = Config(sections={"audit": AuditSection(log=str(tmp_path / "audit.jsonl"))})
     h = HealthSection(state_file=str(tmp_path / "state.json"), decision_log=str(tmp_path / "d.jsonl"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from memory_slurm import InMemorySlurm
 from test_policy import NOW, RecordingSlurm, actions, cluster, ok, unknown
 
 from opsctl.checks.model import Status
@@ -150,24 +151,6 @@ def _health_ctx(tmp_path: Path, backend, **health):
     return service.HealthContext(health=h, slurm=backend, config=config)  # type: ignore[arg-type]
 
 
-class _Backend:
-    def __init__(self, n: int = 6) -> None:
-        from opsctl.model import Node
-
-        self.all = {f"gpu-{i:03d}": Node(f"gpu-{i:03d}", "idle") for i in range(1, n + 1)}
-
-    def nodes(self, names):
-        return [n for n in self.all.values() if names is None or n.name in names]
-
-    def drain(self, names, reason):
-        for n in names:
-            self.all[n].flags.add("DRAIN")
-            self.all[n].reason = reason
-
-    def resume(self, names):  # pragma: no cover - nothing resumes here
-        raise AssertionError(names)
-
-
 class _SshLike:
     """An SSH source whose session to gpu-004 never returns: nvidia-smi in D-state holds it past the
     node timeout, so the node is unreadable (no probe result at all, hence no probe-hung streak)."""
@@ -193,7 +176,7 @@ class _SshLike:
 def test_an_ssh_probe_that_never_returns_ends_as_evidence_lost_within_unknown_fail_after(tmp_path: Path):
     from opsctl.checks import service
 
-    backend = _Backend()
+    backend = InMemorySlurm()
     ctx = _health_ctx(tmp_path, backend, unknown_fail_after=600.0, unknown_alert_after=300.0)
     nodes = sorted(backend.all)
     seen = []
@@ -228,7 +211,7 @@ def test_a_family_missing_on_every_node_is_refused_with_one_page_however_long(tm
                 out.append(ev)
             return out
 
-    backend = _Backend()
+    backend = InMemorySlurm()
     ctx = _health_ctx(tmp_path, backend, unknown_fail_after=600.0, unknown_alert_after=300.0)
     nodes = sorted(backend.all)
     for t in (0, 600, 1200, 7200):
