@@ -96,6 +96,9 @@ def check_gpu_count(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
     return [_v(ev, "gpu-count", Status.OK, f"{ev.gpu_count} GPUs", seen=ev.gpu_count, expected=expected)]
 
 
+# The classes an XID keeps the last-XID gauge at until its fix: a reboot reloads the driver (the gauge
+# starts at 0 again), a replacement comes with one. A GPU reset's (reset_gpu) may leave the gauge.
+GAUGE_CLASSES = frozenset({"reboot", "replace"})
 _XID_MODES = {
     "kernel-log": "kernel log",
     "count": "XID counts over the exporter's window",
@@ -119,6 +122,10 @@ def _unplaced(ev: Evidence, e: XidEvent) -> bool:
     return e.counted_now is False and ev.boot_time is None and not (ev.boot_id and e.boot_id)
 
 
+def _xid_class(th: Thresholds, e: XidEvent) -> str:
+    return th.xid_class_basis(e.xid, e.message, e.recovery_action)[0]
+
+
 def check_xid(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
     if ev.xids is None:
         return [_unknown(ev, "gpu-xid", "XID events")]
@@ -131,14 +138,23 @@ def check_xid(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
     # (XID 154 takes the action its message names, so two 154s may differ).
     current: dict[tuple[int | None, int], dict[str, Any]] = {}
     # 0: the last-XID gauge at rest
-    events = [e for e in ev.xids if e.xid > 0 and not _history(ev, e.boot_id, e.time, now, window)]
+    events = [
+        e
+        for e in ev.xids
+        if e.xid > 0
+        and not _history(ev, e.boot_id, e.time, now, window)
+        # a last-XID gauge's XID no count shows: only a class the gauge keeps until its fix
+        and not (e.uncounted and _xid_class(th, e) not in GAUGE_CLASSES)
+    ]
     placed = {(e.gpu, e.xid) for e in events if not _unplaced(ev, e)}
     for e in events:
         unplaced = _unplaced(ev, e)
         if unplaced and (e.gpu, e.xid) in placed:
             continue  # this boot's own count of it decides
         entry = current.setdefault(
-            (e.gpu, e.xid), {"count": 0, "last": None, "cls": "ignore", "unplaced": unplaced, "basis": None}
+            (e.gpu, e.xid),
+            {"count": 0, "last": None, "cls": "ignore", "unplaced": unplaced, "basis": None,
+             "gauge": e.uncounted},
         )
         entry["count"] += e.count
         cls, basis = th.xid_class_basis(e.xid, e.message, e.recovery_action)
@@ -174,6 +190,11 @@ def check_xid(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
             )
         elif status is Status.UNKNOWN:
             summary = f"last xid {xid} {name} ({cls}{why}){where}: an earlier fatal XID may be hidden [{how}]"
+        elif entry["gauge"]:
+            summary = (
+                f"xid {xid} {name} ({cls}{why}){where}: the last-XID gauge shows it, no count in the window"
+                f" does (raised while no scrape stored the exporter's count) [{how}]"
+            )
         # what gave the class: the site's table, NVIDIA's catalogue, XID 154's message or the
         # driver's recovery action (the series and value it was read from)
         detail: dict[str, object] = {"class_from": basis}

@@ -57,6 +57,10 @@ class XidEvent:
     # the XID takes its class from it. None: the source serves no recovery action for that GPU.
     recovery_action: str | None = None
     recovery_from: str = ""
+    # a last-XID gauge's XID that no count of the XID window shows (Prometheus scraped nothing while
+    # dcgm-exporter counted it: stopped longer than the exporter's window); the check keeps only
+    # the ones whose fix is a reboot or a replacement, which the gauge shows until that fix
+    uncounted: bool = False
 
 
 @dataclass

@@ -337,6 +337,7 @@ def build_evidence(
             ev.xid_mode = "count"
             ev.xids = _counted_xids(node, xid_counts[node], xid_last)
             _mark_counted_now(ev.xids, seen, stale_after + xid_step_seconds)
+            ev.xids += _uncounted_last_xids(gauges[node], ev.xids)
         elif XID_LAST in have:
             ev.xid_mode = "last-value"
             ev.xids = _last_xids(gauges[node])
@@ -497,6 +498,23 @@ def _counted_xids(
             )
         )
     return sorted(out, key=lambda e: (e.gpu if e.gpu is not None else -1, e.xid))
+
+
+def _uncounted_last_xids(g: dict[str, list[Series]], counted: list[XidEvent]) -> list[XidEvent]:
+    """The last-XID gauge's XIDs that no count of the XID window shows. dcgm-exporter counts an XID
+    for its window only (5 min): one raised while Prometheus was down for longer never reached a
+    count Prometheus stored, and only the gauge, which keeps the last XID until the driver reloads
+    (a reboot), still says so. It is of this boot (the gauge starts at 0 with the node), its time
+    unknown (``uncounted``: the check keeps those whose fix is a reboot or a replacement)."""
+    have = {(e.gpu, e.xid) for e in counted}
+    out = []
+    for s in g.get(XID_LAST) or []:
+        xid, gpu = int(_value(s)), _gpu(s["metric"])
+        if xid > 0 and (gpu, xid) not in have:
+            out.append(
+                XidEvent(xid=xid, gpu=gpu, message=f"last XID ({XID_LAST}), never counted", uncounted=True)
+            )
+    return out
 
 
 def _attach_recovery(xids: list[XidEvent], gpus: list[GpuEvidence], g: _ByGpu) -> None:

@@ -449,7 +449,7 @@ def _run_on_node(s: SshSettings, node: str, cmds: dict[str, str]) -> NodeRun:
         client.close()
 
 
-_NOT_STORED = frozenset({"counted_now", "recovery_action", "recovery_from"})
+_NOT_STORED = frozenset({"counted_now", "recovery_action", "recovery_from", "uncounted"})
 
 
 @dataclass
@@ -465,8 +465,8 @@ class KernelLogState:
         return {
             "boot_id": self.boot_id,
             "cursor": self.cursor,
-            # counted_now and the recovery action an XID 154 carries are an exporter's, never a log
-            # line's: the stored form stays as it was
+            # counted_now, uncounted and the recovery action an XID 154 carries are an exporter's, never
+            # a log line's: the stored form stays as it was
             "xids": [{k: v for k, v in asdict(e).items() if k not in _NOT_STORED} for e in self.xids],
             "sxids": [asdict(e) for e in self.sxids],
         }

@@ -20,6 +20,7 @@ from opsctl.evidence.prometheus import (
     COUNTERS,
     NONZERO_GAUGES,
     REASON_GAUGES,
+    RECOVERY_GAUGES,
     VALUE_GAUGES,
     XID_COUNT,
     PrometheusSource,
@@ -347,6 +348,46 @@ def test_an_xid_of_this_boot_no_longer_counted_still_fails_when_the_boot_is_know
     res = results(states, xid_window={("gpu-001", 3, 79): (1, NOW - 1500)})
     assert evidence(res)["gpu-001"].xids[0].counted_now is False
     assert verdicts(res)["gpu-001"] == ("FAIL", ["gpu-xid:FAIL"])
+
+
+NO_RECOVERY = {node: set(RECOVERY_GAUGES) for node in NODES}  # a DCGM before 4.5
+
+
+def test_a_fatal_xid_only_the_last_xid_gauge_shows_fails() -> None:
+    # XID 79 raised while Prometheus was down for longer than dcgm-exporter's 5-minute window: no
+    # count of it was ever stored (no xid_window), but the last-XID gauge keeps it until the driver
+    # reloads. Was OK: a GPU off the bus left in service (bench/rehearsal.py prometheus-gap). The
+    # pinned DCGM (3.3) serves no recovery action that would say so.
+    res = results(fleet(gpu_001="xid=79,gpu=3"), drop=NO_RECOVERY)
+    ev = evidence(res)["gpu-001"]
+    assert ev.xid_mode == "count"
+    assert [(e.xid, e.gpu, e.uncounted) for e in ev.xids] == [(79, 3, True)]
+    assert verdicts(res)["gpu-001"] == ("FAIL", ["gpu-xid:FAIL"])
+    (v,) = [v for r in judge([ev], load_thresholds(), NOW) for v in r.problems]
+    assert (v.gpu, v.evidence["xid"], v.evidence["action"]) == (3, 79, "reboot")
+    assert "last-XID gauge" in v.summary
+
+
+def test_the_last_xid_gauge_adds_only_uncounted_xids_its_value_outlives_until_their_fix() -> None:
+    # gpu-001: counted, the count decides (one event); gpu-002: an application XID (13) and
+    # gpu-003: a reset-class one (48, whose GPU reset may leave the gauge) from the gauge alone are
+    # not judged; a reboot sets the gauge back to 0
+    res = results(
+        fleet(gpu_001="xid=79,gpu=3", gpu_002="xid=13,gpu=1", gpu_003="xid=48,gpu=2;xid=79,gpu=5;reboot"),
+        xid_window={("gpu-001", 3, 79): (1, NOW - 30)},
+        drop=NO_RECOVERY,
+    )
+    evs = evidence(res)
+    assert [(e.xid, e.uncounted) for e in evs["gpu-001"].xids] == [(79, False)]
+    assert [(e.xid, e.uncounted) for e in evs["gpu-002"].xids] == [(13, True)]
+    assert evs["gpu-003"].xids == []
+    got = verdicts(res)
+    assert got["gpu-001"] == ("FAIL", ["gpu-xid:FAIL"])
+    assert "gpu-xid:WARN" not in got["gpu-002"][1] and "gpu-xid:FAIL" not in got["gpu-002"][1]
+    res = results(fleet(gpu_003="xid=48,gpu=2"), drop=NO_RECOVERY)
+    assert [(e.xid, e.uncounted) for e in evidence(res)["gpu-003"].xids] == [(48, True)]
+    assert not any(v.code == "gpu-xid" for r in judge(build_evidence(NODES, res, NOW, 30.0, 600),
+                                                          load_thresholds(), NOW) for v in r.problems)
 
 
 def test_transmit_discards_are_read_under_node_exporters_name() -> None:
