@@ -50,12 +50,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
 
 from simrig import Rig, Service, node_state, resume, slurm_reasons, wait
@@ -349,15 +351,24 @@ def _latches(svc: Service) -> dict[str, dict[str, Any]]:
     return latches
 
 
-def _active_naming(rig: Rig, node: str, severity: str | None = None) -> list[dict[str, Any]]:
-    """Alerts active in the sim's Alertmanager whose ``nodes`` label includes ``node``."""
+def _active_naming(rig: Rig, node: str, severity: str | None = None,
+                   since: float = 0.0) -> list[dict[str, Any]]:
+    """Alerts active in the sim's Alertmanager whose ``nodes`` label includes ``node`` (and that
+    started at ``since`` or later: an earlier scenario's alert stays active for alert_resolve_after)."""
     info = monitoring.load_info(rig.sim)
     if info is None or not info.alertmanager_url:
         return []
     with urllib.request.urlopen(f"{info.alertmanager_url}/api/v2/alerts?active=true", timeout=10) as resp:
         alerts: list[dict[str, Any]] = json.loads(resp.read())
     return [a for a in alerts if node in expand(a["labels"].get("nodes", ""))
-            and (severity is None or a["labels"].get("severity") == severity)]
+            and (severity is None or a["labels"].get("severity") == severity)
+            and _started(a) >= since - 1.0]
+
+
+def _started(alert: dict[str, Any]) -> float:
+    """An Alertmanager alert's startsAt (RFC 3339, fractions of any length) as unix seconds."""
+    text = re.sub(r"(\.\d{1,6})\d*", r"\1", alert["startsAt"])
+    return datetime.fromisoformat(text).timestamp()
 
 
 def _not_schedulable(rig: Rig, node: str) -> bool:
@@ -374,7 +385,7 @@ def scenario_rma_backlog(rig: Rig, svc: Service, opts: Options) -> Outcome:
         if done.returncode != 0:
             problems.append(f"`opsctl drain {n}` exited {done.returncode}: {done.stderr.strip()[-200:]}")
     manual = {n: r for n, r in slurm_reasons(rig.env).items() if n in rma}
-    t0 = time.monotonic()
+    t0, t_inject = time.monotonic(), time.time()
     monitoring.inject(rig.sim, node, "xid=79,gpu=4")
 
     def settled() -> bool:  # drained past the guardrail, or held in service and paged
@@ -388,8 +399,8 @@ def scenario_rma_backlog(rig: Rig, svc: Service, opts: Options) -> Outcome:
     state = node_state(rig.env, node)
     reason = slurm_reasons(rig.env).get(node, "")
     latch = _latches(svc).get(node)
-    pages = _active_naming(rig, node, "page")
-    named = _active_naming(rig, node)
+    pages = _active_naming(rig, node, "page", since=t_inject)  # raised for this fault, not before
+    named = _active_naming(rig, node, since=t_inject)
     named_as = sorted({f"{a['labels']['alertname']} ({a['labels']['severity']})" for a in named})
     mine = [d for d in svc.decisions() if d["node"] == node or node in expand(d["node"])]
     last = mine[-1] if mine else {}
@@ -495,7 +506,8 @@ def scenario_prometheus_gap(rig: Rig, svc: Service, opts: Options) -> Outcome:
     def outcome() -> bool:  # drained, or at least paged as a fatal node left in service (not the
         # source-lost page, which names every node)
         return node in slurm_reasons(rig.env) or any(
-            a["labels"]["alertname"] == "OpsctlFatalNodeInService" for a in _active_naming(rig, node))
+            a["labels"]["alertname"] == "OpsctlFatalNodeInService"
+            for a in _active_naming(rig, node, since=t_stop))
 
     try:
         wait(outcome, opts.gap_judge_s, f"{node} drained or paged after Prometheus is back", interval=1.0)
@@ -560,7 +572,7 @@ def scenario_clock_step(rig: Rig, svc: Service, opts: Options) -> Outcome:
     time.sleep(opts.clock_watch_s)
     _passes(svc, 2, 60)
     after_step = [d for d in svc.decisions() if d["node"] == node and d["time"] > t_step]
-    keep_why = sorted({d["why"] for d in after_step if d["action"] == "keep"})
+    keep_why = sorted({re.sub(r"\d+/", "N/", d["why"]) for d in after_step if d["action"] == "keep"})
     clean_after_step = [d for d in after_step if d["action"] == "keep" and d["why"].startswith("clean ")]
     if not clean_after_step:
         problems.append(f"{node} never looked clean after the {step:+g}s step: the latch went untested")
