@@ -35,8 +35,9 @@ ALERTS: dict[str, tuple[str, str]] = {
     "coverage": ("OpsctlRemediationRefused", "page"),
     # a fatal-class node no allowance could drain: latched, still taking jobs (every pass it holds)
     "fatal-held": ("OpsctlFatalNodeInService", "page"),
-    # fatal-class nodes drained past the brake or the drain guardrail ([health] fatal_max_drains)
-    "fatal-drain": ("OpsctlFatalDrainPastLimits", "ticket"),
+    # fatal-class nodes drained past the brake or the drain guardrail ([health] fatal_max_drains): a
+    # page, as the partition is below its floor and the next fatal fault may be held in service
+    "fatal-drain": ("OpsctlFatalDrainPastLimits", "page"),
     # the evidence source lost on every node ([health] unknown_alert_after): nothing is judged or
     # drained (never evidence-lost); one page for the fleet, however long it lasts
     "source-lost": ("OpsctlEvidenceSourceLost", "page"),

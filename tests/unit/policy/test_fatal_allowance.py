@@ -56,6 +56,12 @@ def test_xid79_past_the_guardrail_is_drained_under_the_fatal_allowance_and_latch
     assert not latch.in_service
     # counted apart from the brake: the brake's own budget is untouched
     assert [x.get("allowance") for x in state.drains] == ["fatal"]
+    # and paged: the partition is below its floor, the next fatal node may be held in service
+    (alert,) = build_alerts([d for d in ds if d.action == "alert"], NOW, 300)
+    labels = alert["labels"]
+    assert (labels["alertname"], labels["severity"], labels["nodes"]) == (
+        "OpsctlFatalDrainPastLimits", "page", "gpu-003")
+    assert "guardrail" in alert["annotations"]["summary"], alert
     # the operator's drain is untouched, and the next pass keeps the node (latched, not re-drained)
     assert nodes["gpu-002"].reason == "opsctl:manual:operator hold"
     ds = run(nodes, reports(nodes, {"gpu-003": booted(xid("gpu-003"))}), state, PolicyConfig(), NOW + 30,
