@@ -77,15 +77,43 @@ LAB_MODULES = (
 LAB_DIR = "tests/integration/lab/"
 
 
+# The longest modules after the lab, longest first (docs/benchmarks.md, "Test suite"), so that no
+# worker starts one of them when the others are nearly done.
+LONG_MODULES = (
+    "tests/integration/training/test_rl_learns.py",
+    "tests/integration/health/test_remediation_sim.py",
+    "tests/integration/launch/test_health_gate.py",
+    "tests/integration/launch/test_launch_on_sim.py",
+    "tests/integration/launch/test_resume_on_sim.py",
+)
+
+
 def run_order(nodeid: str) -> tuple[int, int]:
     """Lab tests first, in LAB_MODULES order (a new lab module goes before the lifecycle one), then
-    the rest as collected: the lab is the longest unit of work and starts at once on one worker."""
+    LONG_MODULES, then the rest as collected: the lab is the longest unit of work and starts at once
+    on one worker, the next longest on the others."""
     path = nodeid.split("::", 1)[0]
+    if path in LONG_MODULES:
+        return (1, LONG_MODULES.index(path))
     if not path.startswith(LAB_DIR):
-        return (1, 0)
+        return (2, 0)
     name = path[len(LAB_DIR):]
     rank = LAB_MODULES.index(name if name in LAB_MODULES else "test_lab_lifecycle.py")
     return (0, 2 * rank - (name not in LAB_MODULES))
+
+
+# The niceness of a `make test` worker (pytest-xdist) while it runs anything but the lab: the lab is
+# the longest chain of work (one worker, about 15 minutes) and mostly waits on CPU-bound Ansible, the
+# other workers mostly on daemons, so the lab's worker runs at the normal priority and the others
+# yield to it (tests/integration/lab/conftest.py). Only when several workers share the machine.
+WORKER_NICENESS = 5
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER") and int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        base = os.nice(0)
+        os.environ["OPSCTL_TEST_BASE_NICENESS"] = str(base)  # what the lab's worker returns to
+        os.nice(max(0, WORKER_NICENESS - base))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
