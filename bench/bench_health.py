@@ -165,7 +165,7 @@ def bench_replay(path: Path, runs: int, profile: bool, as_json: bool) -> None:
     Then collect+judge in-process (wall and CPU) and, with --profile, where that time goes."""
     from promreplay import Recording, ReplayServer
 
-    from opsctl.checks import service
+    from opsctl.health import service
 
     if not path.is_file():
         raise SystemExit(f"bench: no recording at {path} (make one with `query --record FILE`)")
@@ -237,7 +237,7 @@ def _ready(url: str) -> bool:
 
 
 def bench_drain(trials: int) -> None:
-    from opsctl.checks import service
+    from opsctl.health import service
     from opsctl.sim import monitoring
     from opsctl.sim.cluster import SimCluster
 

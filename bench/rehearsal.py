@@ -151,13 +151,14 @@ def _alertmanager_active(rig: Rig, alertname: str) -> list[dict[str, Any]]:
 
 
 def scenario_storm(rig: Rig, svc: Service, opts: Options) -> Outcome:
-    from opsctl.checks import service
+    from opsctl.health import service
+    from opsctl.remediation.policy import brake_limit, storm_threshold
 
     health = service.load_context(str(rig.sim.config_path)).health  # the settings the service runs with
     size = len(rig.sim.node_names)
     # XID 79 is a fatal fault: past the brake's cap it may use the fatal allowance (docs/runbook.md)
-    cap = min(health.max_drains, max(1, math.floor(health.max_fraction * size))) + health.fatal_max_drains
-    storm_at = max(health.storm_min_nodes, math.ceil(health.storm_fraction * size))
+    cap = brake_limit(health.policy(), size) + health.fatal_max_drains
+    storm_at = storm_threshold(health.policy(), size)
     names = rig.sim.node_names
     faulted = names[1 :: max(1, len(names) // STORM_NODES)][:STORM_NODES]
     t0 = time.monotonic()
@@ -624,7 +625,7 @@ SCENARIOS: dict[str, Callable[[Rig, Service, Options], Outcome]] = {
 def _reset(rig: Rig, settle: bool = True) -> None:
     """Heal every node and resume every drain, as the on-call would after the drill; with ``settle``,
     wait until `opsctl health` reads every node healthy (for the next scenario)."""
-    from opsctl.checks import service
+    from opsctl.health import service
 
     for node in rig.sim.node_names:
         monitoring.heal(rig.sim, node)

@@ -486,7 +486,7 @@ def make_watcher(config_path: str | None, run: str, remediate: bool) -> Watcher:
     run_dir = find_run(run, ctx.settings.runs_dir)
     drain = None
     if remediate:
-        from opsctl.checks.service import drain_failed_nodes
+        from opsctl.remediation.passes import drain_failed_nodes
 
         def drain(failed: dict[str, str]) -> dict[str, tuple[str, str]]:
             run_id = load_ledger(run_dir).run_id

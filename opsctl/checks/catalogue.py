@@ -11,18 +11,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from opsctl.checks.fixes import ACTION_CLASSES, ACTION_RANK, DRAIN_CLASSES
 from opsctl.checks.model import Status, Verdict
-from opsctl.checks.thresholds import DRAIN_CLASSES, XID_CLASSES, Thresholds
+from opsctl.checks.thresholds import Thresholds
 from opsctl.checks.xid_catalogue import RECOVERY_CLASSES, XID_RECOVERY_CHANGED
 from opsctl.evidence.model import Evidence, GpuEvidence, IbPortEvidence, XidEvent
 
 CheckFn = Callable[[Evidence, Thresholds, float], list[Verdict]]
 
-# What a FAIL of each check needs before the node may take work again; remediation latches on the
-# verdict's evidence["action"], which a verdict may set itself (an XID's class, a failed row remap).
-# "none": nothing to prove, the node is resumed after clean passes; restart_app likewise (the fault
-# was the application's); reset_gpu: evidence of a GPU reset; reboot: a new boot id; replace: a person.
-ACTION_CLASSES = ("none", *XID_CLASSES)
+# What a FAIL of each check needs before the node may take work again (a step of the ladder in
+# opsctl.checks.fixes); remediation latches on the verdict's evidence["action"], which a verdict may
+# set itself (an XID's class, a failed row remap). A check not listed here needs UNLISTED_ACTION.
 FAIL_ACTION: dict[str, str] = {
     "gpu-count": "reboot",  # a GPU missing from the driver's view comes back only with a reboot
     "gpu-xid": "reboot",  # each XID verdict sets its own class; reboot if one ever does not
@@ -48,7 +47,23 @@ FAIL_ACTION: dict[str, str] = {
     # verdict sets reboot (a new boot with full, clean evidence resumes it), never fatal-class
     "evidence-lost": "reboot",
 }
+# A FAIL of a check this table does not list: a fault nothing here knows how to prove fixed.
+UNLISTED_ACTION = "reboot"
 _CLASS_RANK = {c: i for i, c in enumerate(ACTION_CLASSES)}
+
+
+def fail_action(code: str) -> str:
+    """What a FAIL of check ``code`` needs (``UNLISTED_ACTION`` for a check not in FAIL_ACTION)."""
+    return FAIL_ACTION.get(code, UNLISTED_ACTION)
+
+
+def required_action(v: Verdict) -> str:
+    """What a failing verdict's fault needs: the action its evidence names, where that is a step of
+    the ladder, else its check's."""
+    action = v.evidence.get("action")
+    if isinstance(action, str) and action in ACTION_RANK:
+        return action
+    return fail_action(v.code)
 
 
 def worse_action(a: str, b: str) -> str:
@@ -69,7 +84,7 @@ def _v(
 ) -> Verdict:
     evidence.setdefault("source", ev.source)
     if status is Status.FAIL:
-        evidence.setdefault("action", FAIL_ACTION.get(code, "reboot"))
+        evidence.setdefault("action", fail_action(code))
     return Verdict(code=code, status=status, node=ev.node, gpu=gpu, summary=summary, evidence=dict(evidence))
 
 

@@ -1,24 +1,62 @@
 """The ``[health]`` section of opsctl.toml, and the glue that builds sources, thresholds and
-policy from it. Loaded through ``opsctl.config`` (registered as a section there)."""
+policy from it (``PolicyConfig``: the keys ``opsctl.remediation`` decides by; ``ssh_settings``: how
+the SSH-based sources reach nodes). Loaded through ``opsctl.config`` (registered as a section
+there)."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opsctl.address import check_absolute, check_addresses
 from opsctl.checks.catalogue import CATALOGUE
 from opsctl.checks.thresholds import Thresholds, load_thresholds
 from opsctl.errors import ConfigError
 from opsctl.parsers.lustre_probe import probe_command
-from opsctl.policy import PolicyConfig
+
+if TYPE_CHECKING:
+    from opsctl.evidence.ssh import SshSettings
 
 SOURCES = ("prometheus", "ssh", "dcgm", "prometheus+ssh")
 # Checks remediation needs evidence for (see opsctl.checks.coverage): without them it refuses to act.
 REQUIRED_CHECKS = ("gpu-count", "gpu-xid", "gpu-ecc-dbe", "gpu-row-remap")
 CHECK_CODES = frozenset(c.code for c in CATALOGUE)
 _RDMA_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # a name under /sys/class/infiniband (mlx5_0, ibp3s0)
+
+
+@dataclass
+class PolicyConfig:
+    """The ``[health]`` keys remediation decides by (``HealthSection.policy``)."""
+
+    max_drains: int = 2
+    max_fraction: float = 0.10
+    window_seconds: float = 3600.0
+    storm_min_nodes: int = 3
+    storm_fraction: float = 0.25
+    resume_after_clean: int = 3
+    shadow: bool = False
+    escalate_window: float = 7 * 86400.0  # a second drain for the same GPU within this is held
+    probe_hung_passes: int = 3  # a probe that times out this many passes in a row FAILs
+    fatal_max_drains: int = 2  # fatal-class drains per window past the brake and the guardrail
+    # seconds a node may lack a required family that other nodes have before it FAILs evidence-lost
+    unknown_fail_after: float = 600.0
+    # seconds a node may stay UNKNOWN before an alert says so (every node: the source, one page)
+    unknown_alert_after: float = 300.0
+
+    def validate(self) -> None:
+        if self.max_drains < 0 or not 0 <= self.max_fraction <= 1:
+            raise ConfigError("health: max_drains must be >= 0 and max_fraction in [0, 1]")
+        if self.storm_min_nodes < 2 or not 0 < self.storm_fraction <= 1:
+            raise ConfigError("health: storm_min_nodes must be >= 2 and storm_fraction in (0, 1]")
+        if self.resume_after_clean < 1 or self.window_seconds <= 0:
+            raise ConfigError("health: resume_after_clean must be >= 1 and window_seconds > 0")
+        if self.escalate_window < 0 or self.probe_hung_passes < 1:
+            raise ConfigError("health: escalate_window must be >= 0 and probe_hung_passes >= 1")
+        if self.fatal_max_drains < 0:
+            raise ConfigError("health: fatal_max_drains must be >= 0")
+        if self.unknown_fail_after <= 0 or self.unknown_alert_after <= 0:
+            raise ConfigError("health: unknown_fail_after and unknown_alert_after must be > 0")
 
 
 @dataclass
@@ -149,3 +187,41 @@ class HealthSection:
         if self.ib_devices is not None:
             data["ib"] = {**data["ib"], "devices": list(self.ib_devices)}
         return Thresholds(data)
+
+
+def ssh_settings(
+    h: HealthSection, addresses: dict[str, str] | None = None, ib_sysfs_root: str | None = None
+) -> SshSettings:
+    """How the SSH-based commands (health's ssh and dcgm sources, preflight) reach nodes: `[health]`
+    ssh_* keys, with addresses and the IB tree overridable by the caller (preflight's own keys)."""
+    from opsctl.evidence.ssh import SshSettings, address_map
+
+    hosts, ports = address_map({**h.ssh_addresses, **(addresses or {})})
+    return SshSettings(
+        user=h.ssh_user,
+        port=h.ssh_port,
+        key_filename=h.ssh_key,
+        known_hosts=h.ssh_known_hosts,
+        node_timeout=h.ssh_timeout,
+        parallel=h.ssh_parallel,
+        ib_sample_seconds=h.ib_sample_seconds,
+        hosts=hosts,
+        ports=ports,
+        ib_sysfs_root=ib_sysfs_root or h.ib_sysfs_root,
+    )
+
+
+def health_ssh_settings(h: HealthSection) -> SshSettings:
+    """ssh_settings plus the mounts the thresholds require and the Lustre probe (health checks them,
+    preflight does not)."""
+    from dataclasses import replace
+
+    return replace(
+        ssh_settings(h),
+        required_mounts=list(h.load_thresholds().get("mounts", "required")),
+        lustre_mount=h.lustre_mount,
+        lustre_nids=list(h.lustre_nids),
+        lustre_write_mib=h.lustre_write_mib,
+        lustre_timeout=h.lustre_timeout,
+        lustre_max_write_seconds=h.lustre_max_write_seconds,
+    )

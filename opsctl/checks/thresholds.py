@@ -8,9 +8,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from opsctl.checks.fixes import XID_CLASSES
 from opsctl.checks.xid_catalogue import (
-    DRAIN_CLASSES,
-    XID_CLASSES,
     XID_RECOVERY_CHANGED,
     XidEntry,
     catalogue,
@@ -19,7 +18,7 @@ from opsctl.checks.xid_catalogue import (
 )
 from opsctl.errors import ConfigError
 
-__all__ = ["DRAIN_CLASSES", "XID_CLASSES", "Thresholds", "XidEntry", "load_thresholds"]
+__all__ = ["Thresholds", "XidEntry", "load_thresholds"]
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any], where: str = "") -> dict[str, Any]:

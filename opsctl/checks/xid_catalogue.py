@@ -15,11 +15,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from opsctl.checks.fixes import XID_CLASSES
 from opsctl.errors import ConfigError
-
-XID_CLASSES = ("ignore", "restart_app", "reset_gpu", "reboot", "replace")
-# Classes whose FAIL takes the node out of service (drain); restart_app and ignore do not.
-DRAIN_CLASSES = frozenset({"reset_gpu", "reboot", "replace"})
 
 # XID 154 names the recovery action the driver now wants: "GPU recovery action changed from 0x0
 # (None) to 0x2 (Node Reboot Required)". The catalogue lists the five labels it uses.

@@ -1,4 +1,4 @@
-"""``opsctl health``: collect, judge and (with --remediate) act. Thin over opsctl.checks.service."""
+"""``opsctl health``: collect, judge and (with --remediate) act. Thin over opsctl.health.service."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def health(
     Exit 0 healthy (OK or WARN), 1 unhealthy, 2 usage or config error, 3 unknown. With --coverage:
     0 when every required check ([health] required_checks) has evidence, 1 when one has none.
     """
-    from opsctl.checks import service
+    from opsctl.health import service
 
     if dry_run and not remediate:
         raise UsageError("--dry-run only makes sense with --remediate")
@@ -71,7 +71,7 @@ def health(
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=1, sort_keys=True))
     else:
-        from opsctl.checks.render import render
+        from opsctl.health.render import render
 
         render(result, show_all=show_all)
     if result.refusal:

@@ -45,7 +45,7 @@ def preflight(
         if as_json:
             click.echo(json.dumps(result.to_json(), indent=1, sort_keys=True))
         else:
-            from opsctl.checks.render import render
+            from opsctl.health.render import render
 
             render(result, show_all=show_all, title="opsctl preflight")
         ctx.exit(result.exit_code)

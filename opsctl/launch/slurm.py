@@ -259,8 +259,8 @@ def health_exclusions(ctx: LaunchContext, names: list[str]) -> dict[str, str]:
     """node -> failing check codes, from one `opsctl health` pass over the candidates."""
     if ctx.settings.health_source == "none" or not names:
         return {}
-    from opsctl.checks.service import load_context as health_context
-    from opsctl.checks.service import make_source, run_health
+    from opsctl.health.service import load_context as health_context
+    from opsctl.health.service import make_source, run_health
 
     hctx = health_context(str(ctx.config.path) if ctx.config.path else None)
     try:
@@ -292,7 +292,7 @@ def prepare(ctx: LaunchContext, req: LaunchRequest) -> LaunchPlan:
         raise UsageError(f"{run_dir} already holds a run; choose another run id or directory")
     nodelist = None
     if req.nodelist:
-        from opsctl.checks.service import expand_nodes
+        from opsctl.health.service import expand_nodes
 
         nodelist = expand_nodes(req.nodelist)
     nodes = partition_nodes(ctx)

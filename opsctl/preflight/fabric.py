@@ -36,8 +36,8 @@ from typing import Any
 
 from opsctl.checks.model import Status, Verdict, worst
 from opsctl.checks.runner import NodeReport
-from opsctl.checks.service import HealthResult
 from opsctl.evidence.ssh import CommandResult, NodeRun, SshSettings, run_on_nodes
+from opsctl.health.service import HealthResult
 from opsctl.model import Node
 from opsctl.parsers.nccl_tests import parse_nccl_tests
 from opsctl.parsers.perftest_bw import parse_perftest_bw
@@ -619,8 +619,8 @@ def remediate(ctx: PreflightContext, result: FabricResult, run_id: str, now: flo
     """Drain the nodes that FAIL through the health policy (storm, brake, ownership, audit): the
     watcher's path, ``opsctl:watch:launch-node-failed:<code> <evidence> in run <id>``. A bad link
     or the set's NCCL figure drains nobody."""
-    from opsctl.checks.service import drain_failed_nodes
     from opsctl.errors import ConfigError
+    from opsctl.remediation.passes import drain_failed_nodes
 
     if ctx.config is None or ctx.slurm is None:
         raise ConfigError(f"--remediate needs Slurm: {ctx.slurm_error or 'no backend configured'}")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from opsctl.checks.render import render, status_text
 from opsctl.console import plain_console
+from opsctl.health.render import render, status_text
 from opsctl.preflight.fabric import FabricResult
 
 

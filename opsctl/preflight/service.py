@@ -12,11 +12,11 @@ from typing import Any
 
 from opsctl.checks.model import Status, Verdict, worst
 from opsctl.checks.runner import NodeReport
-from opsctl.checks.service import HealthResult, expand_nodes, ssh_settings
-from opsctl.checks.settings import HealthSection
+from opsctl.checks.settings import HealthSection, ssh_settings
 from opsctl.config import Config
 from opsctl.errors import OpsctlError, UsageError
 from opsctl.evidence.ssh import NodeRun, SshSettings, run_on_nodes
+from opsctl.health.service import HealthResult, expand_nodes
 from opsctl.model import Node
 from opsctl.preflight.collect import commands, facts_from_outputs
 from opsctl.preflight.judge import SOURCE, judge_hardware, judge_numa, judge_slurm_gres

@@ -25,7 +25,7 @@ from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_ex
 from opsctl.errors import Unreachable
 
 if TYPE_CHECKING:
-    from opsctl.policy import Decision
+    from opsctl.remediation.policy import Decision
 
 # alert code -> (alertname, severity). page: a person now; ticket: a person today.
 ALERTS: dict[str, tuple[str, str]] = {

@@ -1,6 +1,6 @@
 """The long-lived loop behind ``opsctl remediator run``.
 
-Each pass is exactly ``opsctl health --remediate``: :func:`opsctl.checks.service.run_health` with
+Each pass is exactly ``opsctl health --remediate``: :func:`opsctl.health.service.run_health` with
 ``remediate=True`` on the configured source, so the policy, brake, storm rule, guardrails and audit
 are the same code. The loop adds only what running unattended needs: a fixed cadence, one source
 object for the process's life (the SSH source keeps a journal cursor between passes), survival of a
@@ -33,10 +33,10 @@ from opsctl.remediation.status import (
 )
 
 if TYPE_CHECKING:
-    from opsctl.checks.service import HealthContext, HealthResult
     from opsctl.evidence.base import Source
+    from opsctl.health.service import HealthContext, HealthResult
     from opsctl.model import Node
-    from opsctl.policy import Decision
+    from opsctl.remediation.policy import Decision
 
 log = logging.getLogger("opsctl.remediator")
 
@@ -44,7 +44,7 @@ log = logging.getLogger("opsctl.remediator")
 class Remediator:
     def __init__(self, config_path: str | None, *, interval: float | None = None,
                  metrics: RemediatorMetrics | None = None) -> None:
-        from opsctl.checks import service
+        from opsctl.health import service
 
         self.config_path = config_path
         # a bad configuration ends the service here (exit 2), before the first pass
@@ -121,7 +121,7 @@ class Remediator:
         return status
 
     def _evaluate(self, *, shadow: bool) -> HealthResult:
-        from opsctl.checks import service
+        from opsctl.health import service
 
         if self.ctx.slurm is None:  # Slurm's backend could not start: try again, every pass
             fresh = service.load_context(self.config_path)
@@ -141,7 +141,7 @@ class Remediator:
         if not isinstance(exc, SourceUnreachable):
             self.source_lost_since = None
             return
-        from opsctl.policy import source_lost_alert
+        from opsctl.remediation.unknown import source_lost_alert
 
         since = self.source_lost_since = self.source_lost_since or now
         if now - since < self.ctx.health.unknown_alert_after:
@@ -186,13 +186,14 @@ class Remediator:
             self._update_brake(now, listing)
 
     def _update_brake(self, now: float, listing: list[Node]) -> None:
-        from opsctl.policy import PolicyState
+        from opsctl.remediation.state import PolicyState
+        from opsctl.slurm.snapshot import partition_size
 
         ctx = self.ctx
         try:
             state = PolicyState.load(ctx.health.state_file)
             partition = ctx.config.slurm.partition if ctx.config is not None else None
-            size = len([n for n in listing if not partition or partition in n.partitions]) or len(listing)
+            size = partition_size(listing, partition)
             self.metrics.set_brake(brake_from_state(state.drains, ctx.health.policy(), size, now))
         except Exception as exc:  # the gauges keep their last value; the pass itself ran
             log.warning("brake state not updated: %s: %s", type(exc).__name__, exc)

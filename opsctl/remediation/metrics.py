@@ -17,14 +17,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from opsctl.checks.model import Status, worst
 from opsctl.errors import ConfigError
-from opsctl.policy import brake_limit, in_window
+from opsctl.remediation.policy import brake_limit, in_window
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
-    from opsctl.checks.service import HealthResult
+    from opsctl.checks.settings import PolicyConfig
+    from opsctl.health.service import HealthResult
     from opsctl.model import Node
-    from opsctl.policy import PolicyConfig
 
 NS = "opsctl_remediator"
 COUNTED_ACTIONS = ("drain", "resume", "hold", "alert")

@@ -40,7 +40,7 @@ class SlurmSnapshot:
 
     def in_partition(self, partition: str | None) -> list[Node]:
         """The partition's nodes (every node when no partition is named)."""
-        return [n for n in self.nodes if not partition or partition in n.partitions]
+        return in_partition(self.nodes, partition)
 
     def note_drain(self, names: Sequence[str], reason: str) -> None:
         """A drain this pass applied: the nodes show DRAIN with ``reason`` from now on."""
@@ -60,3 +60,14 @@ class SlurmSnapshot:
     def _known(self, names: Sequence[str]) -> list[Node]:
         wanted = set(names)
         return [n for n in self.nodes if n.name in wanted]
+
+
+def in_partition(nodes: Sequence[Node], partition: str | None) -> list[Node]:
+    """The partition's nodes (every node when no partition is named)."""
+    return [n for n in nodes if not partition or partition in n.partitions]
+
+
+def partition_size(nodes: Sequence[Node], partition: str | None) -> int:
+    """The partition's size as remediation counts it (the brake, the storm threshold, the guardrail's
+    room): its nodes, or every node Slurm lists when it names none or has none."""
+    return len(in_partition(nodes, partition)) or len(nodes)

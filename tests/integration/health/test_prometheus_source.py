@@ -29,7 +29,8 @@ from opsctl.errors import Unreachable
 from opsctl.evidence.model import Evidence
 from opsctl.evidence.prometheus import PrometheusSource
 from opsctl.hwsim.state import load, state_path
-from opsctl.policy import Latch, resume_proof
+from opsctl.remediation.proof import resume_proof
+from opsctl.remediation.state import Latch
 from opsctl.sim import monitoring
 from opsctl.sim.addons import register_addon
 from opsctl.sim.cluster import SimCluster

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from promlab import wait_until
 
-from opsctl.checks import service
+from opsctl.health import service
 from opsctl.sim import monitoring
 from opsctl.sim.addons import register_addon
 from opsctl.sim.cluster import SimCluster
@@ -270,6 +270,7 @@ def test_manual_drain_stays_drained_through_ten_clean_passes(sim, cfg, run_opsct
 
 def test_watch_drain_counts_against_the_brake(sim, cfg):
     from opsctl.config import load_config
+    from opsctl.remediation.passes import drain_failed_nodes
 
     sim.set_config("guardrails", max_drain_fraction=0.5)
     # the brake alone: a fatal fault past it has its own allowance (the fatal_allowance test)
@@ -277,7 +278,7 @@ def test_watch_drain_counts_against_the_brake(sim, cfg):
     try:
         config = load_config(str(cfg))
         ctx = service.load_context(str(cfg))
-        (d,) = service.drain_failed_nodes(config, ctx.slurm, {"gpu-007": "slurmd dead"}, "run-x")
+        (d,) = drain_failed_nodes(config, ctx.slurm, {"gpu-007": "slurmd dead"}, "run-x")
         assert (d.action, d.result) == ("drain", "applied")
         assert slurm_reasons(sim) == {"gpu-007": "opsctl:watch:launch-node-failed:slurmd dead in run run-x"}
         monitoring.inject(sim, "gpu-002", "ecc_dbe,gpu=1")

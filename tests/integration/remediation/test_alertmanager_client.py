@@ -10,8 +10,8 @@ import pytest
 from amlab import active_alerts, wait_until
 
 from opsctl.errors import Unreachable
-from opsctl.policy import Decision
 from opsctl.remediation.alerts import AlertmanagerClient, build_alerts
+from opsctl.remediation.policy import Decision
 
 pytestmark = pytest.mark.integration  # a few seconds
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from amlab import active_alerts, wait_until
 
-from opsctl.checks.service import HealthResult
-from opsctl.policy import Decision
+from opsctl.health.service import HealthResult
 from opsctl.remediation.loop import Remediator
+from opsctl.remediation.policy import Decision
 from opsctl.sim.cluster import free_ports
 
 pytestmark = pytest.mark.integration  # about 85 s: a 20 s pass, then a minute

@@ -17,7 +17,7 @@ import pytest
 from amlab import active_alerts, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
-from opsctl.checks import service as health_service
+from opsctl.health import service as health_service
 from opsctl.sim import monitoring
 from opsctl.sim.cluster import SimCluster, free_ports
 

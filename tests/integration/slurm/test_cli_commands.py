@@ -104,8 +104,11 @@ def test_force_takes_over_a_remediation_drain_as_manual(run_opsctl, sim: SimClus
     audit says from whom, and remediation's clean passes no longer resume it."""
     from opsctl.checks.model import Status, Verdict
     from opsctl.checks.runner import NodeReport
+    from opsctl.checks.settings import PolicyConfig
     from opsctl.config import load_config
-    from opsctl.policy import PolicyConfig, PolicyState, act, decide
+    from opsctl.remediation.actions import act
+    from opsctl.remediation.policy import decide
+    from opsctl.remediation.state import PolicyState
     from opsctl.slurm import backend_from_config
 
     backend = backend_from_config(load_config(str(sim.config_path)))

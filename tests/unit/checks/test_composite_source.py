@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 
 from opsctl.checks import judge, load_thresholds
-from opsctl.checks.service import HealthContext, make_source
 from opsctl.checks.settings import HealthSection
 from opsctl.errors import Unreachable, UsageError
 from opsctl.evidence.composite import CompositeSource
 from opsctl.evidence.model import Evidence, GpuEvidence, IbPortEvidence, MountEvidence, XidEvent
+from opsctl.health.service import HealthContext, make_source
 
 NOW = 1_796_000_000.0
 PROM_FACTS = frozenset({"gpu_count", "xid", "ecc", "row_remap", "pcie", "ib", "ib_errors"})

@@ -17,11 +17,13 @@ from test_catalogue import NOW
 
 from opsctl.checks.model import Status
 from opsctl.checks.runner import judge_node
+from opsctl.checks.settings import PolicyConfig
 from opsctl.checks.thresholds import load_thresholds
 from opsctl.config import parse_config
 from opsctl.errors import ConfigError
 from opsctl.evidence.ssh import SSH_FACTS, CommandResult, SshSettings, commands, evidence_from_outputs
-from opsctl.policy import PolicyConfig, PolicyState, probe_verdicts
+from opsctl.remediation.state import PolicyState
+from opsctl.remediation.unknown import probe_verdicts
 
 OK_PING = "lctl-ping.two-nids.exascaler.cnloh-notes.txt"  # peer 192.168.3.105@tcp, two NIs
 FAILED_PING = "lctl-ping.failed.gmagklaras-lustre-hpc-test-setup.txt"  # 192.168.14.121@tcp, EIO

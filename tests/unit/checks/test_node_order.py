@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from opsctl.checks import service
 from opsctl.checks.coverage import coverage, render_text
-from opsctl.checks.render import render
 from opsctl.checks.settings import HealthSection
 from opsctl.evidence.model import Evidence, XidEvent
+from opsctl.health import service
+from opsctl.health.render import render
 
 NOW = 1_700_000_000.0
 NATURAL = [f"node{i}" for i in range(1, 13)]  # node1, node2, ..., node9, node10, node11, node12

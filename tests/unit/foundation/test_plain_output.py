@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from opsctl.checks.model import Status, Verdict
-from opsctl.checks.render import render
 from opsctl.checks.runner import NodeReport
-from opsctl.checks.service import HealthResult
 from opsctl.cli.nodes import _print_table
+from opsctl.health.render import render
+from opsctl.health.service import HealthResult
 from opsctl.model import Node
 
 REASON = "opsctl:watch:launch-node-failed:health FAIL gpu-xid [bold]x"

@@ -27,7 +27,7 @@ def test_an_explicit_controller_address_is_left_alone() -> None:
 
 
 def test_connect_writes_a_preflight_profile_equal_to_the_lab_inventorys(tmp_path):
-    from opsctl.checks.service import ssh_settings
+    from opsctl.checks.settings import ssh_settings
     from opsctl.config import parse_config
     from opsctl.lab.config import LabConfig
     from opsctl.lab.connect import lab_hw_expected, preflight_toml, ssh_toml_lines

@@ -11,10 +11,12 @@ from test_policy import NOW, RecordingSlurm, actions, cluster, ok, reports
 
 from opsctl.checks import judge_node
 from opsctl.checks.runner import NodeReport
+from opsctl.checks.settings import PolicyConfig
 from opsctl.checks.thresholds import load_thresholds
 from opsctl.evidence.composite import merge_evidence
 from opsctl.evidence.model import Evidence
-from opsctl.policy import BTIME_REBOOT_SECONDS, Latch, PolicyConfig, PolicyState, resume_proof
+from opsctl.remediation.proof import BTIME_REBOOT_SECONDS, resume_proof
+from opsctl.remediation.state import Latch, PolicyState
 
 KERNEL_1 = "8a3f0c4e-1f6b-4a8e-9b1d-2c7e5f0a9d31"
 KERNEL_2 = "d41c7b02-93aa-4e5f-8f60-7b2e1c9a4f08"

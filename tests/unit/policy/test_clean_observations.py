@@ -11,10 +11,11 @@ from test_policy import NOW, RecordingSlurm, actions, cluster, ok, reports
 from opsctl.checks import judge, load_thresholds
 from opsctl.checks.model import Status
 from opsctl.checks.runner import NodeReport
+from opsctl.checks.settings import PolicyConfig
 from opsctl.evidence.composite import merge_evidence
 from opsctl.evidence.model import Evidence
 from opsctl.evidence.prometheus import build_evidence
-from opsctl.policy import PolicyConfig, PolicyState
+from opsctl.remediation.state import PolicyState
 
 NODE = "gpu-003"
 SCRAPE = 5.0  # the sim's scrape interval; the passes below come every 2 s, as in the rehearsal

@@ -15,13 +15,13 @@ import pytest
 from test_policy import NOW
 
 from opsctl.audit import AuditLog
-from opsctl.checks import service
 from opsctl.checks.settings import HealthSection
 from opsctl.config import AuditSection, Config
-from opsctl.errors import OpsctlError, Unreachable
+from opsctl.errors import ConfigError, OpsctlError, Unreachable
 from opsctl.evidence.model import Evidence, XidEvent
+from opsctl.health import service
 from opsctl.model import Node
-from opsctl.policy import PolicyState
+from opsctl.remediation.state import PolicyState
 
 REASON = "opsctl:health:gpu-xid:xid 79 gpu 3"
 
@@ -193,7 +193,7 @@ def test_a_drain_whose_audit_line_failed_is_unconfirmed_not_failed(tmp_path, mon
 
     def append(self, record):
         if record.result == "applied":
-            raise service.ConfigError(f"audit log {self.path} is not writable: No space left on device")
+            raise ConfigError(f"audit log {self.path} is not writable: No space left on device")
         real(self, record)
 
     monkeypatch.setattr(AuditLog, "append", append)

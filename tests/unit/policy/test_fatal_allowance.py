@@ -16,8 +16,11 @@ from memory_slurm import InMemorySlurm
 from test_policy import NOW, RecordingSlurm, actions, cluster, ib_down, ok, reports, xid
 
 from opsctl.checks.runner import NodeReport
-from opsctl.policy import PolicyConfig, PolicyState, act, decide
+from opsctl.checks.settings import PolicyConfig
+from opsctl.remediation.actions import act
 from opsctl.remediation.alerts import build_alerts
+from opsctl.remediation.policy import decide
+from opsctl.remediation.state import PolicyState
 
 REASON = "opsctl:health:gpu-xid:xid 79 gpu 3"
 
@@ -171,10 +174,10 @@ def test_run_health_drains_the_xid79_node_past_the_real_guardrail(tmp_path: Path
     """The whole pass: the guardrail's room comes from Slurm's view of the partition, and the
     shared guardrail (GuardedSlurm) lets the fatal drain through, audited as such."""
     from opsctl.audit import AuditLog
-    from opsctl.checks import service
     from opsctl.checks.settings import HealthSection
     from opsctl.config import AuditSection, Config
     from opsctl.evidence.model import Evidence, XidEvent
+    from opsctl.health import service
 
     class Source:
         name = "fake"

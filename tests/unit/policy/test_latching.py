@@ -10,8 +10,12 @@ from test_policy import NOW, RecordingSlurm, actions, cluster, ok, reports
 
 from opsctl.checks.model import Status, Verdict
 from opsctl.checks.runner import NodeReport
-from opsctl.checks.service import remediation_refusal
-from opsctl.policy import PolicyConfig, PolicyState, act, decide, probe_verdicts, resume_proof
+from opsctl.checks.settings import PolicyConfig
+from opsctl.remediation.actions import act
+from opsctl.remediation.policy import decide
+from opsctl.remediation.proof import resume_proof
+from opsctl.remediation.state import PolicyState
+from opsctl.remediation.unknown import probe_verdicts, remediation_refusal
 
 UUID = "GPU-5b8f6e2a-0000-0000-0000-000000000003"
 
@@ -292,8 +296,8 @@ class _Source:
 
 
 def test_shadow_mode_keeps_its_own_state_and_shows_drain_keep_resume(tmp_path):
-    from opsctl.checks import service
     from opsctl.checks.settings import HealthSection
+    from opsctl.health import service
 
     h = HealthSection(shadow=True, resume_after_clean=2, state_file=str(tmp_path / "state.json"),
                       decision_log=str(tmp_path / "d.jsonl"), expected_gpus=8,
@@ -324,7 +328,7 @@ def test_state_lock_excludes_a_second_process(tmp_path):
     import subprocess
     import sys
 
-    from opsctl.policy import locked
+    from opsctl.remediation.state import locked
 
     path = tmp_path / "state.json"
     probe = (
@@ -362,16 +366,16 @@ class _DiagSource:
 
 
 def test_diag_before_resume_keeps_a_node_whose_diagnostic_fails_and_waits_for_idle():
-    from opsctl.checks import service
     from opsctl.checks.settings import HealthSection
-    from opsctl.policy import Decision
+    from opsctl.remediation.passes import diag_before_resume
+    from opsctl.remediation.policy import Decision
 
-    ctx = service.HealthContext(health=HealthSection(resume_diag_level=1))
+    health = HealthSection(resume_diag_level=1)
     view = {n: _Node(n, state, "r", {"DRAIN"})
             for n, state in (("gpu-001", "idle"), ("gpu-002", "idle"), ("gpu-003", "allocated"))}
     ds = [Decision(n, "resume", "clean 3/3 passes") for n in view]
     src = _DiagSource()
-    service.diag_before_resume(ctx, ds, view, NOW, source=src)
+    diag_before_resume(health, ds, view, NOW, source=src)
     got = {d.node: (d.action, d.why) for d in ds}
     assert src.asked == ["gpu-001", "gpu-002"]  # never on a node still running work
     assert got["gpu-001"][0] == "resume" and "diag -r 1 passed" in got["gpu-001"][1]

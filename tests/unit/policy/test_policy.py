@@ -7,8 +7,11 @@ import pytest
 
 from opsctl.checks.model import Status, Verdict
 from opsctl.checks.runner import NodeReport
+from opsctl.checks.settings import PolicyConfig
 from opsctl.errors import ConfigError
-from opsctl.policy import DecisionLog, PolicyConfig, PolicyState, act, decide, drain_reason
+from opsctl.remediation.actions import DecisionLog, act
+from opsctl.remediation.policy import decide, drain_reason
+from opsctl.remediation.state import PolicyState
 
 NOW = 1_700_000_000.0
 

@@ -10,7 +10,10 @@ from dataclasses import dataclass, field
 
 from opsctl.checks.model import Status, Verdict
 from opsctl.checks.runner import NodeReport
-from opsctl.policy import PolicyConfig, PolicyState, act, decide
+from opsctl.checks.settings import PolicyConfig
+from opsctl.remediation.actions import act
+from opsctl.remediation.policy import decide
+from opsctl.remediation.state import PolicyState
 
 NOW = 1_700_000_000.0
 

@@ -13,8 +13,12 @@ from test_policy import NOW, RecordingSlurm, actions, cluster, ok, unknown
 
 from opsctl.checks.model import Status
 from opsctl.checks.runner import NodeReport
-from opsctl.policy import PolicyConfig, PolicyState, act, decide, is_fatal, judge_unknown
+from opsctl.checks.settings import PolicyConfig
+from opsctl.remediation.actions import act
 from opsctl.remediation.alerts import build_alerts
+from opsctl.remediation.policy import decide, is_fatal
+from opsctl.remediation.state import PolicyState
+from opsctl.remediation.unknown import judge_unknown
 
 CFG = PolicyConfig(unknown_fail_after=600.0, unknown_alert_after=300.0)
 
@@ -141,9 +145,9 @@ def test_a_plain_pass_shows_evidence_lost_from_the_kept_clocks_without_changing_
 
 
 def _health_ctx(tmp_path: Path, backend, **health):
-    from opsctl.checks import service
     from opsctl.checks.settings import HealthSection
     from opsctl.config import AuditSection, Config
+    from opsctl.health import service
 
     config = Config(sections={"audit": AuditSection(log=str(tmp_path / "audit.jsonl"))})
     h = HealthSection(state_file=str(tmp_path / "state.json"), decision_log=str(tmp_path / "d.jsonl"),
@@ -174,7 +178,7 @@ class _SshLike:
 
 
 def test_an_ssh_probe_that_never_returns_ends_as_evidence_lost_within_unknown_fail_after(tmp_path: Path):
-    from opsctl.checks import service
+    from opsctl.health import service
 
     backend = InMemorySlurm()
     ctx = _health_ctx(tmp_path, backend, unknown_fail_after=600.0, unknown_alert_after=300.0)
@@ -193,8 +197,8 @@ def test_an_ssh_probe_that_never_returns_ends_as_evidence_lost_within_unknown_fa
 
 
 def test_a_family_missing_on_every_node_is_refused_with_one_page_however_long(tmp_path: Path):
-    from opsctl.checks import service
     from opsctl.evidence.model import Evidence
+    from opsctl.health import service
 
     class Xids(_SshLike):
         """Every node readable; the XID family only on the nodes in ``having``."""

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from remediator_config import free_port, write_config
 
-from opsctl.checks.service import HealthResult
-from opsctl.policy import Decision
+from opsctl.health.service import HealthResult
 from opsctl.remediation import loop
 from opsctl.remediation.loop import Remediator
+from opsctl.remediation.policy import Decision
 
 NOW = 1_800_000_000.0
 STORM = Decision("gpu-[001-004]", "alert", "storm: gpu-xid:xid79 on 4 nodes at once", "storm")

@@ -15,12 +15,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from opsctl.checks.model import Status, Verdict
 from opsctl.checks.runner import NodeReport
-from opsctl.checks.service import HealthResult
+from opsctl.checks.settings import PolicyConfig
 from opsctl.errors import ConfigError, Unreachable
+from opsctl.health.service import HealthResult
 from opsctl.model import Node
-from opsctl.policy import Decision, PolicyConfig
 from opsctl.remediation.alerts import AlertmanagerClient, alert_kind, build_alerts
 from opsctl.remediation.metrics import RemediatorMetrics, brake_from_state
+from opsctl.remediation.policy import Decision
 from opsctl.slurm.states import normalize_state
 
 NOW = 1_800_000_000.0

@@ -7,8 +7,8 @@ from rich.table import Table
 from rich.text import Text
 
 from opsctl.checks.model import Status
-from opsctl.checks.service import HealthResult
 from opsctl.console import plain_console
+from opsctl.health.service import HealthResult
 
 _STYLE = {"OK": "green", "WARN": "yellow", "FAIL": "bold red", "UNKNOWN": "magenta"}
 
