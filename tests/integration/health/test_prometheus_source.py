@@ -168,14 +168,16 @@ def test_an_xid_older_than_the_exporter_window_but_inside_the_policy_window_stil
     assert (e.xid, e.gpu, e.count) == (79, 5, 1)
     # stamped with the last scrape that still counted it: after the event, within the exporter window
     assert e.time is not None and t0 <= e.time <= t0 + XID_WINDOW_MS / 1000 + 10
-    # a policy window shorter than the time since then has no XID: the window is what decides; the
-    # driver still asks for the reboot, whatever the window
+    # a policy window shorter than the time since then has no count of it; but XID 79 is fixed only
+    # by a reboot, and the last-XID gauge keeps it until the driver reloads: it still FAILs, from the
+    # gauge, and the driver still asks for the reboot, whatever the window
     time.sleep(max(0.0, e.time + 6 - time.time()))
     th = HealthSection(ib_devices=FABRIC).load_thresholds()
     (report,) = judge(source(sim, xid_window_seconds=5).collect(["gpu-003"], time.time()), th, time.time())
     assert [(v.code, v.status.value, v.gpu, v.evidence.get("action")) for v in report.problems] == [
-        ("gpu-recovery", "FAIL", 5, "reboot")
+        ("gpu-xid", "FAIL", 5, "reboot"), ("gpu-recovery", "FAIL", 5, "reboot")
     ]
+    assert "the last-XID gauge shows it, no count in the window does" in report.problems[0].summary
 
 
 def test_a_reboot_is_a_new_boot_id_and_clears_the_recovery_action(healed: SimCluster) -> None:
