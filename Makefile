@@ -17,13 +17,10 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/mypy scripts/lock.py scripts/extract_dcgm_fields.py
 
-# One worker more than cores: most integration tests wait on daemons (Slurm, Prometheus, a pass
-# interval), so a third worker fills the cores they leave idle; the lab's worker keeps the normal
-# priority and the others yield to it (tests/conftest.py). Each test module (every lab module
-# together) runs on one worker.
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+# Every core: each test module (every lab module together) runs on one worker (tests/conftest.py).
+# One worker more than cores was slower (docs/benchmarks.md, "Test suite").
 test: lint
-	PATH=$(abspath $(BIN)):$$PATH $(BIN)/pytest -n $(TEST_WORKERS)
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/pytest -n auto
 
 # The fast tier to run while working: lint, types and the unit tests (no daemons) on every core.
 # `make test` is the whole suite, the one CI runs.

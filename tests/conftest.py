@@ -102,20 +102,6 @@ def run_order(nodeid: str) -> tuple[int, int]:
     return (0, 2 * rank - (name not in LAB_MODULES))
 
 
-# The niceness of a `make test` worker (pytest-xdist) while it runs anything but the lab: the lab is
-# the longest chain of work (one worker, about 15 minutes) and mostly waits on CPU-bound Ansible, the
-# other workers mostly on daemons, so the lab's worker runs at the normal priority and the others
-# yield to it (tests/integration/lab/conftest.py). Only when several workers share the machine.
-WORKER_NICENESS = 5
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    if os.environ.get("PYTEST_XDIST_WORKER") and int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
-        base = os.nice(0)
-        os.environ["OPSCTL_TEST_BASE_NICENESS"] = str(base)  # what the lab's worker returns to
-        os.nice(max(0, WORKER_NICENESS - base))
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: run_order(item.nodeid))  # stable: collection order otherwise
 

@@ -43,9 +43,6 @@ def boot_lab(tmp_path_factory: pytest.TempPathFactory, nodes: int, *up_args: str
     finally:
         del os.environ["OPSCTL_LAB_STATE"]
     running = RunningLab(cfg, root / "inventory", env)
-    # Back to the normal priority (tests/conftest.py WORKER_NICENESS): the machines, Ansible and ssh
-    # started from here inherit it. Root may lower a niceness; the lab needs root anyway.
-    os.setpriority(os.PRIO_PROCESS, 0, int(os.environ.get("OPSCTL_TEST_BASE_NICENESS", os.nice(0))))
     try:
         running.opsctl("up", "--nodes", str(nodes), "--json", *up_args, timeout=1800)
         yield running
