@@ -77,26 +77,12 @@ LAB_MODULES = (
 LAB_DIR = "tests/integration/lab/"
 
 
-# The longest modules after the lab, longest first (docs/benchmarks.md, "Test suite"), so that no
-# worker starts one of them when the others are nearly done.
-LONG_MODULES = (
-    "tests/integration/training/test_rl_learns.py",
-    "tests/integration/health/test_remediation_sim.py",
-    "tests/integration/launch/test_health_gate.py",
-    "tests/integration/launch/test_launch_on_sim.py",
-    "tests/integration/launch/test_resume_on_sim.py",
-)
-
-
 def run_order(nodeid: str) -> tuple[int, int]:
     """Lab tests first, in LAB_MODULES order (a new lab module goes before the lifecycle one), then
-    LONG_MODULES, then the rest as collected: the lab is the longest unit of work and starts at once
-    on one worker, the next longest on the others."""
+    the rest as collected: the lab is the longest unit of work and starts at once on one worker."""
     path = nodeid.split("::", 1)[0]
-    if path in LONG_MODULES:
-        return (1, LONG_MODULES.index(path))
     if not path.startswith(LAB_DIR):
-        return (2, 0)
+        return (1, 0)
     name = path[len(LAB_DIR):]
     rank = LAB_MODULES.index(name if name in LAB_MODULES else "test_lab_lifecycle.py")
     return (0, 2 * rank - (name not in LAB_MODULES))
