@@ -497,6 +497,10 @@ def check_ib_ports(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
     return verdicts or [_v(ev, "ib-port", Status.OK, f"{len(ports)} ports active at {want_rate:g} Gb/s")]
 
 
+def _link_down(p: IbPortEvidence) -> bool:
+    return (p.state or "").upper() not in ("", "ACTIVE") or (p.phys_state or "").lower() not in ("", "linkup")
+
+
 def check_ib_errors(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
     if ev.ib_ports is None:
         return [_unknown(ev, "ib-errors", "InfiniBand error counters")]
@@ -504,6 +508,8 @@ def check_ib_errors(ev: Evidence, th: Thresholds, now: float) -> list[Verdict]:
     warn_at: dict[str, int] = th.get("ib", "counters_warn")
     verdicts: list[Verdict] = []
     for p in _fabric_ports(ev, th):
+        if _link_down(p):
+            continue  # one cause, one check: ib-port FAILs it; its link_downed says only how it fell
         if p.counter_deltas is None:
             verdicts.append(
                 _v(

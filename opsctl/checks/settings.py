@@ -43,6 +43,9 @@ class PolicyConfig:
     unknown_fail_after: float = 600.0
     # seconds a node may stay UNKNOWN before an alert says so (every node: the source, one page)
     unknown_alert_after: float = 300.0
+    # seconds a non-fatal FAIL must persist before it drains (a storm whose nodes Prometheus scrapes
+    # at different offsets shows on a few nodes first); 0: drain at first sight
+    confirm_after: float = 10.0
 
     def validate(self) -> None:
         if self.max_drains < 0 or not 0 <= self.max_fraction <= 1:
@@ -57,6 +60,8 @@ class PolicyConfig:
             raise ConfigError("health: fatal_max_drains must be >= 0")
         if self.unknown_fail_after <= 0 or self.unknown_alert_after <= 0:
             raise ConfigError("health: unknown_fail_after and unknown_alert_after must be > 0")
+        if not 0 <= self.confirm_after <= 3600:
+            raise ConfigError("health: confirm_after must be between 0 and 3600 seconds")
 
 
 @dataclass
@@ -93,6 +98,10 @@ class HealthSection:
     # seconds a node may stay UNKNOWN before an alert (a ticket; every node at once: the source,
     # a page): past a Prometheus or exporter restart, the resolve window of the service's alerts
     unknown_alert_after: float = 300.0
+    # seconds a FAIL whose fix is no GPU reset, reboot or replacement (a port, a mount, slurmd) must
+    # persist before it drains: the next pass (15 s apart) confirms it on a scrape of every node, so a
+    # fleet-wide false FAIL is seen as the storm it is before its first nodes are drained
+    confirm_after: float = 10.0
     ssh_user: str = "root"
     ssh_port: int = 22
     ssh_key: str | None = field(default=None, metadata={"path": True})
@@ -177,6 +186,7 @@ class HealthSection:
             fatal_max_drains=self.fatal_max_drains,
             unknown_fail_after=self.unknown_fail_after,
             unknown_alert_after=self.unknown_alert_after,
+            confirm_after=self.confirm_after,
         )
 
     def load_thresholds(self) -> Thresholds:

@@ -22,6 +22,10 @@ Rules, in order:
    by opsctl (health and watch together) per ``window_seconds``; beyond that, hold and alert. Where
    the caller knows the room the drain guardrail leaves (``guard_room``: nodes the partition may
    still lose, operators' drains and down nodes counted), a drain past it is held the same way.
+   Confirmation: a FAIL of no fatal class (a port, a mount, slurmd; the kind a checker or fabric
+   event fakes on many nodes) drains only once it has failed for ``confirm_after`` seconds of passes
+   in a row: Prometheus scrapes the nodes at different offsets, so a fleet-wide false FAIL first shows
+   on a few nodes, below the storm threshold; the next pass sees the whole storm and holds it.
    Fatal: a node failing a fatal-class check (its fix is a GPU reset, a reboot or a replacement)
    that the brake or the guardrail stops is drained under its own allowance, ``fatal_max_drains``
    per window, counted apart; with that spent too it is latched in service (the latch remembers the
@@ -64,6 +68,9 @@ FATAL_ACTIONS = DRAIN_CLASSES
 # Missing evidence is no proof of a fault: like the classes a checker or fabric event fakes, it spends
 # the brake only, never the fatal allowance, whatever its latch asks before a resume.
 NOT_FATAL_CODES = frozenset({"evidence-lost"})
+# FAILs that persisted for their own clock before they were FAILs (unknown_fail_after,
+# probe_hung_passes): confirmation would only add to it.
+SELF_CONFIRMED_CODES = frozenset({"evidence-lost", "probe-hung"})
 
 
 def is_fatal(v: Verdict) -> bool:
@@ -185,6 +192,33 @@ def find_storms(
 def outside_storms(verdicts: list[Verdict], stormed: set[str]) -> list[Verdict]:
     """The failing verdicts no storm holds: a node with any is judged on them as usual."""
     return [v for v in verdicts if signature(v) not in stormed]
+
+
+def note_failing_since(state: PolicyState, reports: list[NodeReport], failing: dict[str, list[Verdict]],
+                       now: float) -> None:
+    """When each failing node's signatures were first seen, in a row: a signature not failing this
+    pass starts again; an UNKNOWN node keeps its clocks (no evidence either way)."""
+    for r in reports:
+        if r.status is Status.UNKNOWN:
+            continue
+        sigs = {signature(v) for v in failing.get(r.node, [])}
+        before = state.failing_since.get(r.node, {})
+        now_failing = {sig: before.get(sig, now) for sig in sorted(sigs)}
+        if now_failing:
+            state.failing_since[r.node] = now_failing
+        else:
+            state.failing_since.pop(r.node, None)
+
+
+def unconfirmed(state: PolicyState, node: str, verdicts: list[Verdict], cfg: PolicyConfig,
+                now: float) -> float | None:
+    """None when some verdict has failed for ``confirm_after`` (or confirmation is off); else the
+    seconds the oldest has failed so far."""
+    if cfg.confirm_after <= 0 or any(v.code in SELF_CONFIRMED_CODES for v in verdicts):
+        return None
+    since = state.failing_since.get(node, {})
+    age = max((now - since.get(signature(v), now) for v in verdicts), default=0.0)
+    return None if age >= cfg.confirm_after else age
 
 
 def storm_held_why(verdicts: list[Verdict]) -> str:
@@ -410,6 +444,7 @@ def decide(
     }
     # 1. storms: the same signature on many nodes at once; each holds only its own signature
     storms = find_storms(failing, state.drains, cfg, now, size)
+    note_failing_since(state, reports, failing, now)
     decisions = [storm.alert() for storm in storms]
     # 3. the brake budget for this pass (every opsctl drain in the window, health's and watch's), the
     # guardrail's room, and the fatal allowance beyond both
@@ -490,6 +525,13 @@ def _drain_or_hold(p: _Pass, n: _Node, worst: Verdict) -> Decision:
     """Drain within the budget (a fatal fault may spend the fatal allowance); else hold: a fatal node
     latched in service and paged, any other held for the brake's alert."""
     fatal = p.owner == "health" and (is_fatal(worst) or n.pending is not None)
+    if p.owner == "health" and not fatal:
+        own = outside_storms(n.failing, p.stormed)
+        age = unconfirmed(p.state, n.node, own, p.cfg, p.now)
+        if age is not None:
+            why = (f"confirming: failing for {age:.0f}s; a FAIL of no fatal class drains once it persists "
+                   f"for [health] confirm_after ({p.cfg.confirm_after:.0f}s)")
+            return Decision(n.node, "none", why, worst.code, "", n.verdict_json, signature=signature(worst))
     allowance = p.budget.take(fatal)
     if allowance:
         return _drain_decision(n.report, worst, n.verdict_json, p.state, p.cfg, p.now, p.owner, allowance,

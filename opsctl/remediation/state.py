@@ -76,6 +76,9 @@ class PolicyState:
     # state files of earlier versions: the clocks start at the next pass.
     unknown_since: dict[str, dict[str, float]] = field(default_factory=dict)
     unknown_node_since: dict[str, float] = field(default_factory=dict)
+    # node -> failure signature -> when a pass first saw it (in a row): a non-fatal FAIL drains only
+    # once it is [health] confirm_after old. Absent from earlier state files: first seen next pass.
+    failing_since: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> PolicyState:
@@ -95,6 +98,8 @@ class PolicyState:
                 unknown_since={str(k): {str(f): float(t) for f, t in v.items()}
                                for k, v in data.get("unknown_since", {}).items()},
                 unknown_node_since={str(k): float(v) for k, v in data.get("unknown_node_since", {}).items()},
+                failing_since={str(k): {str(g): float(t) for g, t in v.items()}
+                               for k, v in data.get("failing_since", {}).items()},
             )
         except (OSError, ValueError, AttributeError, TypeError) as exc:
             raise ConfigError(f"health state file {p} is unreadable: {exc}") from None

@@ -112,7 +112,8 @@ def test_force_takes_over_a_remediation_drain_as_manual(run_opsctl, sim: SimClus
     from opsctl.slurm import backend_from_config
 
     backend = backend_from_config(load_config(str(sim.config_path)))
-    cfg, state, now = PolicyConfig(resume_after_clean=2), PolicyState(), 1_700_000_000.0
+    # confirm_after 0: drained at first sight (the take-over is what this test is about)
+    cfg, state, now = PolicyConfig(resume_after_clean=2, confirm_after=0), PolicyState(), 1_700_000_000.0
 
     def health_pass(failing: bool) -> list[tuple[str, str]]:
         nonlocal now

@@ -211,6 +211,18 @@ def test_ib_port_down_rate_and_counters(th):
     assert down.short_evidence == "mlx5_2 state DOWN"
 
 
+def test_a_port_that_is_down_fails_ib_port_only_and_errors_again_once_up(th):
+    """One cause, one check: the link_downed a port counts as it goes down is the ib-port FAIL's,
+    not a second failure (a fleet-wide port event would be two storms); back up, the counter within
+    the window says the link flapped."""
+    ev = healthy()
+    ev.ib_ports[0] = IbPortEvidence("mlx5_0", 1, "DOWN", "Polling", 400.0, "InfiniBand",
+                                    {"link_downed": 1, "symbol_error": 500}, 600.0)
+    assert [(v.code, v.status.value) for v in judge_node(ev, th, NOW).problems] == [("ib-port", "FAIL")]
+    ev.ib_ports[0] = replace(ev.ib_ports[0], state="ACTIVE", phys_state="LinkUp")
+    assert [(v.code, v.status.value) for v in judge_node(ev, th, NOW).problems] == [("ib-errors", "FAIL")]
+
+
 def test_ib_required_devices_missing(th):
     site = load_thresholds({"ib": {"devices": ["mlx5_0", "mlx5_9"]}})
     r = judge_node(healthy(), site, NOW)

@@ -45,7 +45,7 @@ def drained(cfg: PolicyConfig, at: float = NOW):
 
 
 def test_clean_passes_that_reread_one_scrape_count_once():
-    cfg = PolicyConfig(resume_after_clean=3)
+    cfg = PolicyConfig(resume_after_clean=3, confirm_after=0)
     nodes, slurm, state = drained(cfg)
     scrape = NOW + SCRAPE
     for t in (1.0, 3.0, 5.0):  # three passes, one clean scrape
@@ -65,7 +65,7 @@ def test_clean_passes_that_reread_one_scrape_count_once():
 def test_a_fault_back_after_one_clean_scrape_is_not_a_repeat_drain():
     """The rehearsal's flapping: faulty, clean for one scrape (read by three passes), faulty again.
     The node must stay in its first drain: no resume, no second drain, no escalation page."""
-    cfg = PolicyConfig(resume_after_clean=3)
+    cfg = PolicyConfig(resume_after_clean=3, confirm_after=0)
     nodes, slurm, state = drained(cfg)
     for t in (5.0, 7.0, 9.0):
         run(nodes, reports(nodes, {NODE: clean(NOW + SCRAPE)}), state, cfg, NOW + t, slurm)
@@ -77,7 +77,7 @@ def test_a_fault_back_after_one_clean_scrape_is_not_a_repeat_drain():
 
 
 def test_a_streak_broken_by_unknown_starts_over_on_new_scrapes():
-    cfg = PolicyConfig(resume_after_clean=2)
+    cfg = PolicyConfig(resume_after_clean=2, confirm_after=0)
     nodes, slurm, state = drained(cfg)
     run(nodes, reports(nodes, {NODE: clean(NOW + 5)}), state, cfg, NOW + 6, slurm)
     unknown = seen(NodeReport(NODE, Status.UNKNOWN, []), None)
@@ -93,7 +93,7 @@ def test_a_streak_broken_by_unknown_starts_over_on_new_scrapes():
 
 def test_direct_sources_observe_at_every_pass():
     """SSH and DCGM read the node on each pass: each pass is new evidence, as before."""
-    cfg = PolicyConfig(resume_after_clean=3)
+    cfg = PolicyConfig(resume_after_clean=3, confirm_after=0)
     nodes, slurm, state = drained(cfg)
     th = load_thresholds()
     for i in (1, 2, 3):
@@ -105,7 +105,7 @@ def test_direct_sources_observe_at_every_pass():
 
 
 def test_reports_without_an_observation_time_count_every_pass():
-    cfg = PolicyConfig(resume_after_clean=3)
+    cfg = PolicyConfig(resume_after_clean=3, confirm_after=0)
     nodes, slurm, state = drained(cfg)
     for i in (1, 2, 3):
         ds = run(nodes, reports(nodes, {NODE: clean(None)}), state, cfg, NOW + 2 * i, slurm)
@@ -115,7 +115,7 @@ def test_reports_without_an_observation_time_count_every_pass():
 def test_state_file_of_an_earlier_version_keeps_its_streak(tmp_path):
     """No ``clean_seen``: the latch's next clean pass counts, as it used to; from then on the
     observation time is recorded and saved."""
-    cfg = PolicyConfig(resume_after_clean=3)
+    cfg = PolicyConfig(resume_after_clean=3, confirm_after=0)
     nodes, slurm, state = drained(cfg)
     old = json.loads(json.dumps({k: v for k, v in vars(state).items() if k != "clean_seen"}))
     old["clean_streak"] = {NODE: 1}

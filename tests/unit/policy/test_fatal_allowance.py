@@ -77,7 +77,8 @@ def test_a_non_fatal_fail_in_the_same_situation_is_still_held_by_the_guardrail()
     nodes = six_with_an_operator_drain()
     slurm = RecordingSlurm(nodes)
     state = PolicyState()
-    ds = run(nodes, reports(nodes, {"gpu-003": ib_down("gpu-003")}), state, PolicyConfig(), NOW, slurm, 0)
+    cfg = PolicyConfig(confirm_after=0)  # confirmed: the guardrail is what this test is about
+    ds = run(nodes, reports(nodes, {"gpu-003": ib_down("gpu-003")}), state, cfg, NOW, slurm, 0)
     assert actions(ds, "drain") == [] and slurm.calls == []
     (d,) = [d for d in ds if d.node == "gpu-003" and d.action != "alert"]
     assert d.action == "hold" and "guardrail" in d.why

@@ -182,7 +182,7 @@ def test_brake_counts_drains_across_passes_in_the_window():
 def test_flapping_node_needs_k_consecutive_clean_passes():
     nodes = cluster()
     slurm = RecordingSlurm(nodes)
-    cfg = PolicyConfig(resume_after_clean=3)
+    cfg = PolicyConfig(resume_after_clean=3, confirm_after=0)
     state = PolicyState()
     seq = ["bad", "ok", "ok", "bad", "ok", "unknown", "ok", "ok", "ok"]
     resumed_at = []
