@@ -46,6 +46,8 @@ class PolicyConfig:
     # seconds a non-fatal FAIL must persist before it drains (a storm whose nodes Prometheus scrapes
     # at different offsets shows on a few nodes first); 0: drain at first sight
     confirm_after: float = 10.0
+    # a reboot-class latch on an idle drained node asks Slurm to reboot it (RebootProgram)
+    auto_reboot: bool = False
 
     def validate(self) -> None:
         if self.max_drains < 0 or not 0 <= self.max_fraction <= 1:
@@ -102,6 +104,10 @@ class HealthSection:
     # persist before it drains: the next pass (15 s apart) confirms it on a scrape of every node, so a
     # fleet-wide false FAIL is seen as the storm it is before its first nodes are drained
     confirm_after: float = 10.0
+    # a node drained for a reboot-class fault (an XID 79, a hung nvidia-smi) is rebooted through
+    # Slurm once idle (`scontrol reboot ASAP nextstate=RESUME`, the slurm role's RebootProgram) and
+    # resumed by Slurm; the kernel's boot id proves it. Off: a person reboots it (docs/runbook.md)
+    auto_reboot: bool = False
     ssh_user: str = "root"
     ssh_port: int = 22
     ssh_key: str | None = field(default=None, metadata={"path": True})
@@ -187,6 +193,7 @@ class HealthSection:
             unknown_fail_after=self.unknown_fail_after,
             unknown_alert_after=self.unknown_alert_after,
             confirm_after=self.confirm_after,
+            auto_reboot=self.auto_reboot,
         )
 
     def load_thresholds(self) -> Thresholds:

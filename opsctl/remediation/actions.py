@@ -115,6 +115,24 @@ class GuardedSlurm:
             except OpsctlError as exc:
                 d.why = f"{d.why}; not audited: {exc}"[:300]
 
+    def reboot(self, names: Sequence[str], reason: str) -> str:
+        """Ask Slurm to reboot nodes health drained with ``reason`` and that run no job; any other
+        node is refused (a reboot never takes over someone else's node or kills a job)."""
+        self._audit.check_writable()
+        by_name = {n.name: n for n in self._nodes()}
+        wrong = [name for name in names if not _rebootable(by_name.get(name), reason)]
+        if wrong:
+            why = f"not drained by health with this reason, or not idle: {', '.join(wrong)}"
+            self._log("reboot", names, "refused", reason, why)
+            raise Refused(f"refusing to reboot {why}")
+        try:
+            self.backend.reboot(list(names), reason)
+        except OpsctlError as exc:
+            self._log("reboot", names, "failed", reason, str(exc))
+            raise
+        self._log_applied("reboot", names, reason, "reboot-class fault; Slurm reboots and resumes it")
+        return "applied"
+
     def _nodes(self) -> list[Node]:
         return self.snapshot.nodes if self.snapshot is not None else self.backend.nodes(None)
 
@@ -136,6 +154,11 @@ class GuardedSlurm:
             self.snapshot.note_resume(plan.to_resume)
         self._log_applied("resume", plan.to_resume, "", "clean health checks, fix proven")
         return "applied"
+
+
+def _rebootable(node: Node | None, reason: str) -> bool:
+    return (node is not None and node.drain_flag and node.reason == reason and node.state == "idle"
+            and not node.jobs and "COMPLETING" not in node.flags)
 
 
 def _slurm_drain(slurm: SlurmActions, d: Decision) -> str | None:
@@ -230,9 +253,14 @@ def reconcile(state: PolicyState, snapshot: SlurmSnapshot | None,
 
 def _ask_slurm(slurm: SlurmActions, d: Decision, state: PolicyState, now: float, owner: str,
                persist: Callable[[PolicyState], None] | None) -> str:
-    """Drain (its intent recorded first) or resume; the result word."""
+    """Drain (its intent recorded first), resume or reboot; the result word."""
     if d.action == "resume":
         return slurm.resume([d.node]) or "applied"
+    if d.action == "reboot":
+        reboot = getattr(slurm, "reboot", None)
+        if reboot is None:
+            raise Refused("these Slurm actions cannot reboot a node")
+        return reboot([d.node], d.reason) or "applied"
     record_intent(state, d, now, owner, persist)
     result = _slurm_drain(slurm, d) or "applied"
     if result != "applied":
@@ -244,7 +272,11 @@ def _record_done(d: Decision, state: PolicyState, now: float, owner: str, shadow
     """A drain or resume applied (or, in shadow mode, that would have been)."""
     if not shadow:
         state.slurm_changes += 1
-    if d.action == "drain":
+    if d.action == "reboot":
+        latch = Latch.from_json(d.latch)
+        latch.reboot_asked = now
+        state.set_latch(d.node, latch)
+    elif d.action == "drain":
         state.intents.pop(d.node, None)
         latch = Latch.from_json(d.latch) if d.latch else Latch(d.reason, now, d.code, "none")
         latch.time = now
@@ -266,12 +298,12 @@ def act(
     owner: str = "health",
     persist: Callable[[PolicyState], None] | None = None,
 ) -> list[Decision]:
-    """Carry out drain/resume decisions and record them in ``state`` (the shadow state in shadow
+    """Carry out drain/resume/reboot decisions and record them in ``state`` (the shadow state in shadow
     mode, where nothing else changes); dry-run records nothing. Each drain's intent is recorded in
     ``state`` (and saved through ``persist``) before Slurm is asked: a drain whose command timed out
     is "unconfirmed" and the next pass reconciles it (``reconcile_intents``)."""
     for d in decisions:
-        if d.action not in ("drain", "resume"):
+        if d.action not in ("drain", "resume", "reboot"):
             d.result = "noop"
             if d.action == "hold" and d.latch and not dry_run and owner == "health":
                 state.set_latch(d.node, Latch.from_json(d.latch))  # a fatal node left in service

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from opsctl.checks.model import Status, Verdict
 from opsctl.checks.runner import NodeReport, judge
@@ -218,6 +218,7 @@ class _NodeView:
     state: str = "idle"
     reason: str = ""
     drained: bool = False
+    flags: set[str] = field(default_factory=set)
 
     @property
     def drain_flag(self) -> bool:

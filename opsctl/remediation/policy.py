@@ -33,7 +33,11 @@ Rules, in order:
 4. Latch: every drain records the action its fault needs (restart_app, reset_gpu, reboot, replace),
    the GPU (index and UUID) and the boot id. A node drained again for the same GPU (or, without a
    GPU, the same check) within ``escalate_window`` is escalated: held for a person, with an alert.
-5. Resume: after ``resume_after_clean`` consecutive OK/WARN passes (UNKNOWN breaks the streak), each
+5. Reboot: with ``auto_reboot``, a reboot-class latch on an idle node drained by us asks Slurm once
+   to reboot it (``scontrol reboot ASAP nextstate=RESUME``); Slurm resumes it when its slurmd
+   registers from the new boot. The kernel's boot id, not Slurm, proves it: a node Slurm resumed
+   with the same boot id is latched in service again and drained for the reboot it still needs.
+6. Resume: after ``resume_after_clean`` consecutive OK/WARN passes (UNKNOWN breaks the streak), each
    on evidence newer than the last counted one's (passes may come faster than Prometheus scrapes; N
    passes that re-read one scrape are one clean observation, not N), and only with proof of the
    fix: reboot-class needs a changed boot id, reset-class a reset (a changed boot id, or the
@@ -56,7 +60,7 @@ from opsctl.checks.runner import NodeReport
 from opsctl.checks.settings import PolicyConfig
 from opsctl.model import drain_owner, owned_reason
 from opsctl.nodeset import fold
-from opsctl.remediation.proof import boot_kind, cleared_by_reset, observe, resume_proof
+from opsctl.remediation.proof import boot_changed, boot_kind, cleared_by_reset, observe, resume_proof
 from opsctl.remediation.state import Latch, PolicyState, repeat_key
 
 REASON_PREFIX = "opsctl:health:"
@@ -83,6 +87,7 @@ class SlurmNodeView(Protocol):
     name: str
     state: str
     reason: str
+    flags: set[str]
 
     @property
     def drain_flag(self) -> bool: ...
@@ -91,7 +96,7 @@ class SlurmNodeView(Protocol):
 @dataclass
 class Decision:
     node: str  # a node name, or a folded node set for an alert
-    action: str  # drain | resume | alert | hold | keep | none
+    action: str  # drain | resume | reboot | alert | hold | keep | none
     why: str
     code: str = ""
     reason: str = ""  # the Slurm reason a drain would set
@@ -418,6 +423,7 @@ class _Node:
     ours: bool  # drained by us, with the reason the latch recorded
     foreign: bool  # drained by someone else
     status: Status  # the report's, OK where a proven reset cleared every FAIL
+    rebooted: str = ""  # Slurm resumed it after the reboot we asked for: what the boot id says
 
     @property
     def node(self) -> str:
@@ -466,7 +472,11 @@ def _see_node(p: _Pass, report: NodeReport, sv: SlurmNodeView | None, failing: l
     latch = None if pending is not None else state.latch(node)
     held_by = drain_owner(sv.reason) if sv is not None and sv.drain_flag else ""
     ours = latch is not None and sv is not None and sv.drain_flag and sv.reason == latch.reason
-    if latch is not None and not ours:
+    rebooted = ""
+    if latch is not None and not ours and latch.reboot_asked and sv is not None and not sv.drain_flag:
+        rebooted, pending = after_slurm_reboot(state, report, latch, sv)
+        latch = None
+    elif latch is not None and not ours:
         state.latches.pop(node, None)
         state.end_streak(node)
         latch = None
@@ -480,12 +490,41 @@ def _see_node(p: _Pass, report: NodeReport, sv: SlurmNodeView | None, failing: l
         status = Status.OK  # only the XIDs the proven reset dealt with are left in the window
     foreign = sv is not None and sv.drain_flag and not ours
     return _Node(report, sv, [v.to_json() for v in report.problems], failing, pending, latch, held_by,
-                 ours, foreign, status)
+                 ours, foreign, status, rebooted)
+
+
+def after_slurm_reboot(state: PolicyState, report: NodeReport, latch: Latch,
+                       sv: SlurmNodeView) -> tuple[str, Latch | None]:
+    """Slurm resumed a node we asked it to reboot: the boot id says whether it did. Proven: the
+    latch is spent. Not rebooted (the same boot id): latched in service again, so the pass drains it
+    for the reboot it still needs. No boot id this pass (the exporter still starting): wait."""
+    node = report.node
+    unknown = report.status is Status.UNKNOWN
+    changed, why = (None, "no evidence") if unknown else boot_changed(latch, report)
+    if changed is None:
+        return f"resumed by Slurm after the reboot asked; waiting for its boot id ({why})", None
+    if changed:
+        state.latches.pop(node, None)
+        state.end_streak(node)
+        return f"rebooted through Slurm and resumed by it ({why})", None
+    latch.in_service, latch.reboot_asked = True, 0.0
+    observe(latch, report)
+    state.set_latch(node, latch)
+    return f"resumed by Slurm ({sv.state}) but not rebooted: {why}", latch
 
 
 def _decide_node(p: _Pass, n: _Node) -> Decision:
     """One node's decision: failing, a fatal latch in service with the fault cleared, unknown, or
     clean."""
+    if n.rebooted and n.pending is None:
+        return Decision(n.node, "none", n.rebooted, "", "", n.verdict_json)
+    if n.rebooted:  # resumed by Slurm, not rebooted: drained again (or held) for its latch
+        d = _decide_node(p, _Node(**{**n.__dict__, "rebooted": ""}))
+        d.why = f"{n.rebooted}; {d.why}"
+        return d
+    reboot = _reboot(p, n)
+    if reboot is not None:
+        return reboot
     if n.status is Status.FAIL:
         p.state.end_streak(n.node)
         return _decide_failing(p, n)
@@ -495,6 +534,22 @@ def _decide_node(p: _Pass, n: _Node) -> Decision:
         p.state.end_streak(n.node)
         return Decision(n.node, "none", "unknown: never a reason to drain or resume", "", "", n.verdict_json)
     return _decide_clean(p, n)
+
+
+def _reboot(p: _Pass, n: _Node) -> Decision | None:
+    """With ``auto_reboot``: our reboot-class drain on an idle node, not yet rebooted and never asked
+    for, whose source gives a boot id (else no reboot could be proven): ask Slurm to reboot it."""
+    latch, sv = n.latch, n.sv
+    if not (p.cfg.auto_reboot and p.owner == "health" and n.ours and latch is not None and sv is not None):
+        return None
+    if latch.action != "reboot" or latch.escalated or latch.reboot_asked or not latch.boot_id:
+        return None
+    if sv.state != "idle" or "COMPLETING" in sv.flags or boot_changed(latch, n.report)[0] is not False:
+        return None  # jobs still running, or already rebooted (the resume path proves it)
+    why = ("reboot-class drain on an idle node: Slurm reboots it (scontrol reboot ASAP "
+           "nextstate=RESUME) and resumes it from the new boot; the boot id proves it")
+    return Decision(n.node, "reboot", why, latch.code, latch.reason, n.verdict_json,
+                    signature=latch.signature, latch=asdict(latch))
 
 
 def _decide_failing(p: _Pass, n: _Node) -> Decision:

@@ -46,6 +46,9 @@ class Latch:
     # a fatal fault no allowance could drain: the node is still in service; drained when there is
     # room, spent by the fix's proof (or by someone else's drain)
     in_service: bool = False
+    # when remediation asked Slurm to reboot the node ([health] auto_reboot; 0: not asked): asked once
+    # per latch; the boot id, not Slurm's resume, proves the reboot
+    reboot_asked: float = 0.0
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Latch:

@@ -37,6 +37,11 @@ class SlurmBackend(ABC):
     def resume(self, names: Sequence[str]) -> None:
         """Clear DRAIN (and DOWN) on the named nodes."""
 
+    def reboot(self, names: Sequence[str], reason: str) -> None:
+        """Ask Slurm to reboot the named nodes once idle (RebootProgram) and resume them once their
+        slurmd registers from the new boot, `reason` set meanwhile."""
+        raise SlurmError(f"the {self.name} backend cannot reboot nodes; use the cli backend")
+
     @abstractmethod
     def submit(self, script: str, options: SubmitOptions | None = None) -> int:
         """Submit a batch script (its text); return the job id."""

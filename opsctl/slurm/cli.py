@@ -152,6 +152,13 @@ class CliBackend(SlurmBackend):
             return
         self.run(["scontrol", "update", f"NodeName={fold(names)}", "State=RESUME"])
 
+    def reboot(self, names: Sequence[str], reason: str) -> None:
+        if not names:
+            return
+        # ASAP: drained (no new jobs) until the reboot; nextstate=RESUME: back in service once its
+        # slurmd registers from a new boot (ResumeTimeout bounds the wait, then DOWN)
+        self.run(["scontrol", "reboot", "ASAP", "nextstate=RESUME", f"reason={reason}", fold(names)])
+
     def submit(self, script: str, options: SubmitOptions | None = None) -> int:
         options = options or SubmitOptions()
         argv = ["sbatch", "--parsable", *sbatch_args(options)]
