@@ -348,6 +348,7 @@ def build_evidence(
             with_counters = any(k in have for k in COUNTERS if k.startswith("node_infiniband"))
             ev.ib_ports = _ib_ports(gauges[node], counters[node], window_seconds, with_counters)
         _set_boot(ev, gauges[node].get(BOOT_METRIC), kernel_boots.get(node, set()))
+        _forget_earlier_boot(ev, stamps)
         out.append(ev)
     return out
 
@@ -554,6 +555,23 @@ def _set_boot(ev: Evidence, boot: list[Series] | None, kernel: set[str]) -> None
         ev.boot_id, ev.boot_kind = f"boot-{int(ev.boot_time)}", BOOT_BTIME
     if ev.boot_time is not None:
         _stamp_boot(ev, ev.boot_time)
+
+
+def _forget_earlier_boot(ev: Evidence, stamps: dict[int, float]) -> None:
+    """A GPU's samples scraped before the node's boot time (node_exporter scraped the new boot,
+    dcgm-exporter not yet, as right after a fast reboot) are of the boot before: what the driver
+    asked for then is unknown now (until the next scrape), and the XIDs that scrape counted belong
+    to the earlier boot, whatever their last-counted time says."""
+    if ev.boot_time is None:
+        return
+    boot = ev.boot_time
+    earlier = {g.index for g in ev.gpus or [] if stamps.get(g.index, boot) < boot}
+    for g in ev.gpus or []:
+        if g.index in earlier:
+            g.recovery_action, g.reset_required = None, None
+    for e in ev.xids or []:
+        if e.gpu in earlier:
+            e.boot_id, e.counted_now = f"before-{ev.boot_id}", False
 
 
 def _stamp_boot(ev: Evidence, boot_time: float) -> None:

@@ -75,6 +75,10 @@ NOT_FATAL_CODES = frozenset({"evidence-lost"})
 # FAILs that persisted for their own clock before they were FAILs (unknown_fail_after,
 # probe_hung_passes): confirmation would only add to it.
 SELF_CONFIRMED_CODES = frozenset({"evidence-lost", "probe-hung"})
+# Seconds a node Slurm resumed after the reboot we asked for may keep its old boot id before it
+# counts as not rebooted: the boot id's exporter (node_exporter) comes back with the node and is
+# scraped within one scrape interval (15 s), at its own offset from dcgm-exporter's.
+REBOOT_PROOF_GRACE = 60.0
 
 
 def is_fatal(v: Verdict) -> bool:
@@ -310,7 +314,9 @@ def _drain_decision(report: NodeReport, worst: Verdict, verdict_json: list[dict[
     if pending is not None and ACTION_RANK[pending.action] > ACTION_RANK[new.action]:
         new.action = pending.action
     key = repeat_key(node, new.code, new.gpu_uuid)
-    repeat = cfg.escalate_window > 0 and any(
+    # a fault already latched (in service, or resumed by Slurm without its reboot) drained now is the
+    # same fault, not a repeat
+    repeat = pending is None and cfg.escalate_window > 0 and any(
         d.get("key") == key and now - float(d.get("time", 0)) < cfg.escalate_window for d in state.drains
     )
     new.escalated = repeat
@@ -474,7 +480,7 @@ def _see_node(p: _Pass, report: NodeReport, sv: SlurmNodeView | None, failing: l
     ours = latch is not None and sv is not None and sv.drain_flag and sv.reason == latch.reason
     rebooted = ""
     if latch is not None and not ours and latch.reboot_asked and sv is not None and not sv.drain_flag:
-        rebooted, pending = after_slurm_reboot(state, report, latch, sv)
+        rebooted, pending = after_slurm_reboot(state, report, latch, sv, p.now)
         latch = None
     elif latch is not None and not ours:
         state.latches.pop(node, None)
@@ -493,21 +499,27 @@ def _see_node(p: _Pass, report: NodeReport, sv: SlurmNodeView | None, failing: l
                  ours, foreign, status, rebooted)
 
 
-def after_slurm_reboot(state: PolicyState, report: NodeReport, latch: Latch,
-                       sv: SlurmNodeView) -> tuple[str, Latch | None]:
+def after_slurm_reboot(state: PolicyState, report: NodeReport, latch: Latch, sv: SlurmNodeView,
+                       now: float) -> tuple[str, Latch | None]:
     """Slurm resumed a node we asked it to reboot: the boot id says whether it did. Proven: the
-    latch is spent. Not rebooted (the same boot id): latched in service again, so the pass drains it
-    for the reboot it still needs. No boot id this pass (the exporter still starting): wait."""
+    latch is spent. Not rebooted (the same boot id ``REBOOT_PROOF_GRACE`` after the pass that first
+    saw the node back): latched in service again, so the pass drains it for the reboot it still
+    needs. No boot id yet, or the same one within the grace (its exporter not scraped since): wait."""
     node = report.node
+    if not latch.back_seen:
+        latch.back_seen = now
+        state.set_latch(node, latch)
     unknown = report.status is Status.UNKNOWN
     changed, why = (None, "no evidence") if unknown else boot_changed(latch, report)
+    if changed is False and now - latch.back_seen < REBOOT_PROOF_GRACE:
+        changed, why = None, f"the same boot id for {now - latch.back_seen:.0f}s since it came back"
     if changed is None:
         return f"resumed by Slurm after the reboot asked; waiting for its boot id ({why})", None
     if changed:
         state.latches.pop(node, None)
         state.end_streak(node)
         return f"rebooted through Slurm and resumed by it ({why})", None
-    latch.in_service, latch.reboot_asked = True, 0.0
+    latch.in_service, latch.reboot_asked, latch.back_seen = True, 0.0, 0.0
     observe(latch, report)
     state.set_latch(node, latch)
     return f"resumed by Slurm ({sv.state}) but not rebooted: {why}", latch

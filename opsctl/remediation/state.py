@@ -49,6 +49,9 @@ class Latch:
     # when remediation asked Slurm to reboot the node ([health] auto_reboot; 0: not asked): asked once
     # per latch; the boot id, not Slurm's resume, proves the reboot
     reboot_asked: float = 0.0
+    # when a pass first saw Slurm resume it after that reboot: only evidence observed later can say
+    # the boot id did not change (older samples are of the boot before)
+    back_seen: float = 0.0
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Latch:

@@ -17,6 +17,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -27,6 +28,7 @@ from typing import Any
 from tenacity import RetryError, retry, retry_if_result, stop_after_delay, wait_fixed
 
 from opsctl.errors import ConfigError, OpsctlError, UsageError
+from opsctl.sim import reboot
 from opsctl.sim.addons import SimAddon, load_addon
 from opsctl.sim.procs import ProcessRegistry, ProcStatus, sweep_strays
 
@@ -310,12 +312,16 @@ class SimCluster:
         self._check_node(node)
         self.procs.stop(f"slurmd-{node}")
 
-    def start_slurmd(self, node: str) -> None:
-        """(Re)start one node's slurmd; a DOWN node returns to service when it registers."""
+    def start_slurmd(self, node: str, booted: bool = False) -> None:
+        """(Re)start one node's slurmd; a DOWN node returns to service when it registers. ``booted``:
+        report the start as the node's boot (`slurmd -b`), as after a reboot Slurm asked for
+        (opsctl.sim.reboot, the RebootProgram; the nodes share this host's uptime)."""
         self._check_node(node)
         spool = self.state_dir / "slurm" / "spool" / node
         spool.mkdir(parents=True, exist_ok=True)
-        self.spawn(f"slurmd-{node}", ["slurmd", "-D", "-N", node, "-f", str(self.slurm_conf)])
+        argv = ["slurmd", "-D", "-N", node, "-f", str(self.slurm_conf), *(["-b"] if booted else [])]
+        env = {**self.env, reboot.NODE_ENV: node, reboot.STATE_ENV: str(self.state_dir)}
+        self.spawn(f"slurmd-{node}", argv, env=env)
 
     def slurmd_running(self, node: str) -> bool:
         return self.procs.alive(f"slurmd-{node}")
@@ -487,6 +493,9 @@ class SimCluster:
             "InactiveLimit=0",
             "PropagateResourceLimits=NONE",
             "MailProg=/bin/true",
+            # `scontrol reboot`: the node's simulated hardware boots again (opsctl.sim.reboot)
+            f'RebootProgram="{sys.executable} -m opsctl.sim.reboot"',
+            "ResumeTimeout=60",
         ]
         for node in state.nodes:
             lines.append(

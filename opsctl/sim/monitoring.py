@@ -477,7 +477,8 @@ def _checked_node(sim: SimCluster, node: str) -> None:
         raise UsageError(f"unknown sim node {node!r}")
 
 
-def inject(sim: SimCluster, node: str, fault: str, *, dry_run: bool = False) -> NodeHardware:
+def inject(sim: SimCluster, node: str, fault: str, *, dry_run: bool = False,
+           restart_slurmd: bool = True) -> NodeHardware:
     """Apply ``fault`` to ``node``'s simulated hardware; returns the new state (not saved on dry run).
 
     A bad fault or node raises ``UsageError`` and changes nothing.
@@ -492,7 +493,7 @@ def inject(sim: SimCluster, node: str, fault: str, *, dry_run: bool = False) -> 
     running = sim.slurmd_running(node)
     if not state.slurmd_up and running:
         sim.stop_slurmd(node)
-    elif parse_spec(fault).name == "reboot" and sim.load_state() is not None:
+    elif parse_spec(fault).name == "reboot" and restart_slurmd and sim.load_state() is not None:
         if running:  # the node's daemons start again with the new boot
             sim.stop_slurmd(node)
         sim.start_slurmd(node)

@@ -111,15 +111,18 @@ def test_xid79_drains_that_node_alone_and_holds_it_until_a_reboot(sim, cfg):
     wait_until(lambda: "gpu-003" not in slurm_reasons(sim), timeout=30)
 
 
-def test_xid48_waits_for_a_gpu_reset_and_a_repeat_escalates(sim, cfg):
+def test_xid48_waits_for_a_gpu_reset_and_a_repeat_escalates(sim, cfg, tmp_path):
     sim.set_config("health", max_fraction=1.0)
     try:
         monitoring.inject(sim, "gpu-004", "ecc_dbe,gpu=2")
         result = wait_until(lambda: (r := health_pass(cfg)).status == "FAIL" and r, timeout=30, interval=0.5)
         (d,) = [d for d in result.decisions if d.action == "drain"]
-        assert d.node == "gpu-004" and d.latch["action"] == "reset_gpu" and d.latch["reset_seen"]
+        assert d.node == "gpu-004" and d.latch["action"] == "reset_gpu"
         for _ in range(3):  # still asking for a reset: kept
             assert [x.action for x in health_pass(cfg).decisions if x.node == "gpu-004"] == ["keep"]
+        # the driver's request for a reset is on record (the drain's pass may have read the DBE from
+        # one scrape and the recovery action from the one before: the queries run concurrently)
+        assert json.loads((tmp_path / "state.json").read_text())["latches"]["gpu-004"]["reset_seen"]
         monitoring.inject(sim, "gpu-004", "gpu_reset,gpu=2")  # nvidia-smi -r -i 2, same boot
         resumed = wait_until(
             lambda: [x for x in health_pass(cfg).decisions if x.node == "gpu-004" and x.action == "resume"],
@@ -455,6 +458,47 @@ def test_a_drain_whose_scontrol_timed_out_after_slurmctld_applied_it_is_latched_
     wait_until(lambda: [x for x in health_pass(cfg).decisions
                         if x.node == "gpu-004" and x.action == "resume"], timeout=60, interval=1)
     wait_until(lambda: "gpu-004" not in slurm_reasons(sim), timeout=30)
+
+
+def test_auto_reboot_reboots_a_drained_xid79_node_through_slurm_and_its_boot_id_proves_it(sim, cfg, tmp_path):
+    """[health] auto_reboot: the XID 79 node is drained, then, idle, rebooted through the real
+    slurmctld (`scontrol reboot ASAP nextstate=RESUME`, the sim's RebootProgram gives the node's
+    hardware a new boot), resumed by Slurm, and the pass sees the new boot id. Nobody at the keyboard."""
+    from opsctl.audit import AuditLog
+    from opsctl.config import load_config
+    from opsctl.remediation.policy import Decision
+
+    node = "gpu-006"
+    sim.set_config("health", auto_reboot=True)
+    try:
+        monitoring.inject(sim, node, "xid=79,gpu=2")
+        first = wait_until(lambda: [d for d in health_pass(cfg).decisions if d.action == "drain"], timeout=30,
+                           interval=0.5)
+        assert [(d.node, d.result, d.latch["action"]) for d in first] == [(node, "applied", "reboot")]
+        reason = first[0].reason
+        # idle and drained by us: the next pass asks Slurm to reboot it, with our reason
+        (reboot,) = [d for d in health_pass(cfg).decisions if d.action == "reboot"]
+        assert (reboot.node, reboot.result, reboot.reason) == (node, "applied", reason)
+        # slurmctld runs the RebootProgram and resumes the node once its slurmd is back
+        wait_until(lambda: node not in slurm_reasons(sim), timeout=60, interval=1)
+
+        def back() -> list[Decision]:
+            return [d for d in health_pass(cfg).decisions if d.node == node and "through Slurm" in d.why]
+
+        proven = wait_until(back, timeout=60, interval=1)
+        assert "rebooted through Slurm" in proven[0].why and "boot id changed" in proven[0].why
+        assert proven[0].action == "none"
+        assert node not in json.loads((tmp_path / "state.json").read_text())["latches"]
+        assert slurm_reasons(sim) == {}
+        audit = AuditLog(load_config(str(cfg)).audit.log).read()
+        assert ("reboot", [node], "applied") in [(x["action"], x["nodes"], x["result"]) for x in audit]
+        # rebooted once: later passes leave it in service
+        for _ in range(2):
+            later = [d for d in health_pass(cfg).decisions if d.node == node]
+            why = [(v["code"], v["summary"]) for d in later for v in d.verdicts]
+            assert [d.action for d in later] == ["none"], why
+    finally:
+        sim.set_config("health", auto_reboot=False)
 
 
 def test_a_storm_holds_only_its_own_signature_and_the_xid79_node_is_drained(sim, cfg):

@@ -8,9 +8,11 @@ import json
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -93,7 +95,7 @@ def start_service(sim: SimCluster, alertmanager: str, tmp_path: Path) -> Iterato
     the test, then every fault healed and every node resumed."""
     started: list[Service] = []
 
-    def start(prometheus_url: str | None = None) -> Service:
+    def start(prometheus_url: str | None = None, **health: float) -> Service:
         # limits that let one test drain two nodes of eight (the defaults allow one per hour)
         sim.set_config("guardrails", max_drain_fraction=0.5, min_drain_nodes=1)
         sim.set_config(
@@ -116,6 +118,11 @@ def start_service(sim: SimCluster, alertmanager: str, tmp_path: Path) -> Iterato
         )
         config = tmp_path / "opsctl.toml"
         config.write_text(sim.config_path.read_text())
+        if health:  # this test's own [health] keys, in its copy only
+            text = config.read_text()
+            keys = "".join(f"{k} = {v!r}\n" for k, v in health.items())
+            assert "\n[health]\n" in text
+            config.write_text(text.replace("\n[health]\n", f"\n[health]\n{keys}", 1))
         if prometheus_url is not None:
             text = config.read_text()
             info = monitoring.load_info(sim)
@@ -303,6 +310,41 @@ def test_unreachable_prometheus_is_a_counted_error_and_the_service_goes_on(sim, 
     assert st["ok"] is False and "unreachable" in str(st["error"])
     status = svc.cli("status")
     assert status.returncode == 3 and "FAILED" in status.stdout
+
+
+def test_prometheus_stopped_past_unknown_fail_after_pages_once_and_drains_nothing(
+    sim, alertmanager, start_service
+):
+    """Every node's evidence gone at once is the source, not the nodes: one page in the real
+    Alertmanager (OpsctlEvidenceSourceLost) and no drain, however long it lasts (here past
+    unknown_fail_after, which drains a node whose evidence alone is lost); normal once it is back."""
+    svc = start_service(unknown_alert_after=3.0, unknown_fail_after=5.0)
+    info, mon = sim.procs.info(monitoring.PROMETHEUS_PROC), monitoring.load_info(sim)
+    assert info is not None and mon is not None
+    sim.stop_process(monitoring.PROMETHEUS_PROC)
+    stopped = time.time()
+    try:
+        def lost() -> list[dict[str, object]]:
+            return [a for a in active_alerts(alertmanager)
+                    if a["labels"]["alertname"] == "OpsctlEvidenceSourceLost"]  # type: ignore[index]
+
+        (page,) = wait_until(lost, timeout=60)
+        assert page["labels"]["severity"] == "page"  # type: ignore[index]
+        seen = svc.passes()
+        wait_until(lambda: svc.passes() >= seen + 8, timeout=60)  # well past unknown_fail_after
+        assert slurm_reasons(sim) == {}
+        assert len(lost()) == 1
+        # nothing else raised since the stop (an earlier test's alert may still be in its resolve window)
+        since = [a for a in active_alerts(alertmanager)
+                 if datetime.fromisoformat(str(a["startsAt"])).timestamp() >= stopped]
+        assert {a["labels"]["alertname"] for a in since} == {"OpsctlEvidenceSourceLost"}, since  # type: ignore[index]
+        assert svc.metric("opsctl_remediator_pass_errors_total", kind="Unreachable") >= 8
+    finally:
+        sim.spawn(monitoring.PROMETHEUS_PROC, info.argv)  # the same config and data directory
+        monitoring.MonitoringAddon.wait_targets_up(sim, mon.prometheus_url, sim.node_names, 120)
+    back = svc.passes()
+    wait_until(lambda: svc.passes() > back + 2 and (svc.status() or {}).get("ok") is True, timeout=60)
+    assert slurm_reasons(sim) == {}
 
 
 def test_sigterm_stops_the_service_cleanly(start_service):

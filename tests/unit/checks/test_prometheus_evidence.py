@@ -239,6 +239,25 @@ def test_recovery_action_follows_the_driver(spec: str, want: str) -> None:
     assert ev.gpus[3].recovery_action == want and ev.gpus[2].recovery_action == "none"
 
 
+def test_a_recovery_action_scraped_before_the_boot_is_unknown_not_the_new_boots() -> None:
+    """Right after a fast reboot node_exporter can have scraped the new boot while dcgm-exporter's
+    latest sample (2 s old here) is still of the boot before: what that driver asked for is no fault
+    of this boot."""
+    states = fleet(gpu_001="xid=79,gpu=3")
+    states[0].boot_time = NOW - 600
+    assert evidence(results(states))["gpu-001"].gpus[3].recovery_action == "reboot"
+    states[0].boot_time = NOW - 1  # booted after the GPUs' last scrape
+    ev = evidence(results(states))["gpu-001"]
+    assert {(g.recovery_action, g.reset_required) for g in ev.gpus} == {(None, None)}
+    assert "gpu-recovery:FAIL" not in verdicts(results(states))["gpu-001"][1]
+    # the XID that scrape counted is of the boot before too, whatever its last-counted time says (a
+    # subquery step that ends after the boot)
+    res = results(states, xid_window={("gpu-001", 3, 79): (1, NOW - 0.5)})
+    (e,) = evidence(res)["gpu-001"].xids
+    assert e.boot_id.startswith("before-") and e.counted_now is False
+    assert "gpu-xid:FAIL" not in verdicts(res)["gpu-001"][1]
+
+
 def test_recovery_action_under_the_dcgm_4_6_name_and_values_newer_than_the_enum() -> None:
     res = results(fleet())
     for s in res["nonzero"] + res["present"]:
