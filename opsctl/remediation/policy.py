@@ -50,7 +50,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 from opsctl.checks.catalogue import required_action
@@ -531,7 +531,7 @@ def _decide_node(p: _Pass, n: _Node) -> Decision:
     if n.rebooted and n.pending is None:
         return Decision(n.node, "none", n.rebooted, "", "", n.verdict_json)
     if n.rebooted:  # resumed by Slurm, not rebooted: drained again (or held) for its latch
-        d = _decide_node(p, _Node(**{**n.__dict__, "rebooted": ""}))
+        d = _decide_node(p, replace(n, rebooted=""))
         d.why = f"{n.rebooted}; {d.why}"
         return d
     reboot = _reboot(p, n)
