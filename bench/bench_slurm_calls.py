@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simrig import Rig, Service
+from simrig import Rig, Service, wait
 
 from opsctl.sim import monitoring
 
@@ -158,15 +158,13 @@ class PassLog:
         return max(self.passes, default=0)
 
     def wait(self, pred: Any, timeout: float, what: str) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
+        """simrig.wait, reading the status file before each look."""
+
+        def polled() -> Any:
             self.poll()
-            got = pred()
-            if got:
-                return got
-            if time.monotonic() > deadline:
-                raise SystemExit(f"bench: {what} not reached within {timeout:.0f}s")
-            time.sleep(POLL_S)
+            return pred()
+
+        return wait(polled, timeout, what, interval=POLL_S)
 
     def wait_number(self, number: int, timeout: float) -> None:
         self.wait(lambda: self.last() >= number, timeout, f"pass {number}")
