@@ -562,8 +562,8 @@ def _forget_earlier_boot(ev: Evidence, stamps: dict[int, float]) -> None:
     dcgm-exporter not yet, as right after a fast reboot) are of the boot before: what the driver
     asked for then is unknown now (until the next scrape), and the XIDs that scrape counted belong
     to the earlier boot, whatever their last-counted time says."""
-    if ev.boot_time is None:
-        return
+    if ev.boot_time is None or ev.boot_time > ev.collected_at:
+        return  # a boot after this query is a node clock stepped ahead, not a boot: no reason to forget
     boot = ev.boot_time
     earlier = {g.index for g in ev.gpus or [] if stamps.get(g.index, boot) < boot}
     for g in ev.gpus or []:

@@ -256,6 +256,9 @@ def test_a_recovery_action_scraped_before_the_boot_is_unknown_not_the_new_boots(
     (e,) = evidence(res)["gpu-001"].xids
     assert e.boot_id.startswith("before-") and e.counted_now is False
     assert "gpu-xid:FAIL" not in verdicts(res)["gpu-001"][1]
+    # a boot time after the query is the node's clock stepped ahead, not a boot: nothing forgotten
+    states[0].boot_time = NOW + 60
+    assert evidence(results(states))["gpu-001"].gpus[3].recovery_action == "reboot"
 
 
 def test_recovery_action_under_the_dcgm_4_6_name_and_values_newer_than_the_enum() -> None:
