@@ -307,11 +307,15 @@ def _gpu_reset(state: NodeHardware, spec: FaultSpec) -> None:
 
 
 def _reboot(state: NodeHardware, spec: FaultSpec) -> None:
-    """A real reboot: a new boot time and an empty kernel log; every GPU and HCA starts again, the
-    services start (slurmd, the exporters); damage stays until ``heal`` (a GPU off the bus, a failed
-    row remap, remapped rows, aggregate ECC counts, an InfiniBand port whose cable or switch port
-    is dead)."""
-    now = time.time()
+    new_boot(state)
+
+
+def new_boot(state: NodeHardware, now: float | None = None) -> NodeHardware:
+    """A real reboot, in place (and returned): a new boot time and an empty kernel log; every GPU
+    and HCA starts again, the services start (slurmd, the exporters); damage stays until ``heal``
+    (a GPU off the bus, a failed row remap, remapped rows, aggregate ECC counts, an InfiniBand port
+    whose cable or switch port is dead)."""
+    now = time.time() if now is None else now
     healthy = make_node(state.node)
     state.boot_time = boot_time(now)
     state.boot_id = new_boot_id()
@@ -324,6 +328,7 @@ def _reboot(state: NodeHardware, spec: FaultSpec) -> None:
         hca.traffic_bytes_per_s = 0.0
     state.slurmd_up = state.dcgm_exporter_up = state.node_exporter_up = True
     state.diag_killed = False
+    return state
 
 
 FAULTS: dict[str, tuple[Callable[[NodeHardware, FaultSpec], None], str]] = {

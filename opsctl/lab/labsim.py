@@ -12,6 +12,12 @@ simulated sysfs tree). The node's hardware state lives in a host directory bind-
 /var/lib/hwsim (`<node>.json`, with `state.json` pointing at it, the shims' default), so
 `lab inject`/`lab heal` edit it from the host and the tools and the exporter see the change on
 their next read.
+
+Each boot of a GPU machine is a boot of its hardware: a oneshot unit (``opsctl-labsim-boot``), before
+slurmd and the exporters start, clears what a real reboot clears (hwsim.boot), gives /proc/stat the
+boot's own btime and has the boot's first slurmd report the boot (`render_boot_script`). Without it
+a container on the host's kernel keeps the host's boot time: an XID from before `scontrol reboot`
+would read as this boot's, and slurmctld would never see the node it asked to reboot come back.
 """
 
 from __future__ import annotations
@@ -31,6 +37,11 @@ EXPORTER_PORT = 9400
 EXPORTER_UNIT = "opsctl-labsim-dcgm-exporter.service"
 EXPORTER_PATH_UNIT = "opsctl-labsim-dcgm-exporter.path"
 EXPORTER_MODULE = "opsctl.hwsim.exporter"
+BOOT_UNIT = "opsctl-labsim-boot.service"
+BOOT_SCRIPT = f"{LABSIM_ROOT}/boot.sh"
+BOOT_RUN_DIR = "/run/opsctl-labsim"  # a tmpfs: gone at the next boot
+SLURMD_BOOT_ENV = f"{BOOT_RUN_DIR}/slurmd.env"
+SLURMD_DROPIN = "slurmd.service.d/opsctl-labsim-boot.conf"
 COLLECTORS = "/etc/dcgm-exporter/default-counters.csv"  # the dcgm role's dcgm_exporter_collectors
 SYSFS_SUBDIR = "sys/class/infiniband"  # rendered IB sysfs tree, under the state mount
 
@@ -70,6 +81,58 @@ def render_exporter_path_unit() -> str:
     )
 
 
+def render_boot_script() -> str:
+    """What a real boot changes that a container on the host's kernel does not, done once per boot
+    before anything reads it: the simulated GPUs and HCAs start again (hwsim.boot), the kernel's
+    boot time is this boot's (node_exporter's node_boot_time_seconds reads /proc/stat's btime, the
+    host's here; opsctl dates XIDs against it), and the boot's first slurmd reports the boot (slurmd
+    takes its boot time from the kernel's uptime, the host's here; without it slurmctld would wait
+    out ResumeTimeout for a node it asked to reboot). The copy of /proc/stat keeps the CPU counters
+    of this moment: nothing in the lab reads them."""
+    return (
+        "#!/bin/sh\n"
+        "# opsctl lab (SIMULATED H200 hardware, lab only): a new boot; see opsctl/lab/labsim.py\n"
+        "set -eu\n"
+        f"PYTHONPATH={LABSIM_ROOT}/lib /usr/bin/python3 -m opsctl.hwsim.boot"
+        f" --state {STATE_MOUNT}/state.json\n"
+        f"mkdir -p {BOOT_RUN_DIR}\n"
+        f'sed "s/^btime .*/btime $(date +%s)/" /proc/stat > {BOOT_RUN_DIR}/stat\n'
+        f"mount --bind {BOOT_RUN_DIR}/stat /proc/stat\n"
+        # slurmd -b: "report node rebooted when daemon restarted", Slurm's own testing option
+        f"echo SLURMD_OPTIONS=-b > {SLURMD_BOOT_ENV}\n"
+    )
+
+
+def render_boot_unit() -> str:
+    return (
+        "[Unit]\n"
+        "Description=opsctl lab: a new boot of the simulated hardware (SIMULATED, lab only)\n"
+        f"Before=slurmd.service prometheus-node-exporter.service {EXPORTER_UNIT}\n"
+        "\n"
+        "[Service]\n"
+        "Type=oneshot\n"
+        "RemainAfterExit=yes\n"
+        f"ExecStart=/bin/sh {BOOT_SCRIPT}\n"
+        "\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
+    )
+
+
+def render_slurmd_dropin() -> str:
+    """The boot's first slurmd start that succeeds takes -b (and consumes it); a restart later in
+    the same boot is no boot."""
+    return (
+        "# opsctl lab (SIMULATED, lab only): see opsctl-labsim-boot.service\n"
+        "[Unit]\n"
+        f"After={BOOT_UNIT}\n"
+        "\n"
+        "[Service]\n"
+        f"EnvironmentFile=-{SLURMD_BOOT_ENV}\n"
+        f"ExecStartPost=/bin/rm -f {SLURMD_BOOT_ENV}\n"
+    )
+
+
 def install(cfg: LabConfig, machine: Machine, upper: Path) -> None:
     """Put the simulators into a GPU machine's upper dir and create its healthy hardware state."""
     from opsctl.hwsim import state as hwstate
@@ -82,9 +145,14 @@ def install(cfg: LabConfig, machine: Machine, upper: Path) -> None:
     (units / EXPORTER_UNIT).write_text(render_exporter_unit(machine.name))
     (units / EXPORTER_PATH_UNIT).write_text(render_exporter_path_unit())
     (units / "multi-user.target.wants" / EXPORTER_UNIT).unlink(missing_ok=True)  # started by the path unit
-    link = units / "multi-user.target.wants" / EXPORTER_PATH_UNIT
-    if not link.is_symlink():
-        link.symlink_to(f"/etc/systemd/system/{EXPORTER_PATH_UNIT}")
+    (upper / BOOT_SCRIPT.lstrip("/")).write_text(render_boot_script())
+    (units / BOOT_UNIT).write_text(render_boot_unit())
+    (units / SLURMD_DROPIN).parent.mkdir(parents=True, exist_ok=True)
+    (units / SLURMD_DROPIN).write_text(render_slurmd_dropin())
+    for unit in (EXPORTER_PATH_UNIT, BOOT_UNIT):
+        link = units / "multi-user.target.wants" / unit
+        if not link.is_symlink():
+            link.symlink_to(f"/etc/systemd/system/{unit}")
     state_dir = host_state_dir(cfg, machine.name)
     state = hwstate.ensure_node(state_dir, machine.name)
     default = state_dir / "state.json"

@@ -35,6 +35,8 @@ endpoints are scraped once a file_sd target file is written in
 
 from __future__ import annotations
 
+import datetime
+import itertools
 import json
 import os
 import shutil
@@ -238,6 +240,26 @@ def targets_health(url: str) -> dict[tuple[str, str], str]:
         (t["labels"].get("job", ""), t["labels"].get("instance", t["scrapeUrl"])): t["health"]
         for t in data["data"]["activeTargets"]
     }
+
+
+NODE_JOBS = ("dcgm-exporter", "node")  # the prometheus role's jobs for the nodes' two exporters
+
+
+def scraped_since(url: str, since: float, jobs: tuple[str, ...] = NODE_JOBS) -> bool:
+    """Whether Prometheus has scraped every target of ``jobs``, successfully, after ``since`` (epoch
+    seconds): a change to the simulated hardware made before ``since`` is then in every answer."""
+    data = _get_json(f"{url}/api/v1/targets?state=active")
+    targets = [t for t in data["data"]["activeTargets"] if t["labels"].get("job") in jobs]
+    return bool(targets) and all(t["health"] == "up" and _rfc3339(t["lastScrape"]) > since for t in targets)
+
+
+def _rfc3339(text: str) -> float:
+    """Prometheus's lastScrape (nanoseconds, a zone) as epoch seconds."""
+    head, _, frac = text.partition(".")
+    digits = "".join(itertools.takewhile(str.isdigit, frac))
+    zone = frac[len(digits):] if frac else head[19:]
+    stamp = datetime.datetime.fromisoformat(head[:19] + (zone.replace("Z", "+00:00") or "+00:00"))
+    return stamp.timestamp() + (float(f"0.{digits}") if digits else 0.0)
 
 
 def add_training_targets(sim: SimCluster, run: str, urls: dict[str, str]) -> Path:

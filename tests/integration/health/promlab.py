@@ -228,3 +228,15 @@ def wait_until(pred, timeout: float = 30.0, interval: float = 0.25):  # type: ig
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s; last value {value!r}")
         time.sleep(interval)
+
+
+def wait_rescraped(sim) -> None:  # type: ignore[no-untyped-def]
+    """Until the sim's Prometheus has scraped both exporters of every node since now (rounded up to
+    the boot time a heal gives): in between, a healed node's boot is new while its GPUs' latest
+    samples are still of the boot before, and their recovery action rightly unknown."""
+    from opsctl.sim import monitoring
+
+    since = math.ceil(time.time())
+    info = monitoring.load_info(sim)
+    assert info is not None, "the sim runs no monitoring"
+    wait_until(lambda: monitoring.scraped_since(info.prometheus_url, since), timeout=60, interval=0.5)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from promlab import free_port, wait_until
+from promlab import free_port, wait_rescraped, wait_until
 
 from opsctl.checks import NodeReport, judge
 from opsctl.checks.settings import HealthSection
@@ -131,6 +131,7 @@ def healed(sim: SimCluster) -> Iterator[SimCluster]:
     yield sim
     for node in sim.node_names:
         monitoring.heal(sim, node)
+    wait_rescraped(sim)
 
 
 def test_node_exporter_down_on_one_node_is_unknown_for_its_families_not_fail(healed: SimCluster) -> None:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from promlab import wait_until
+from promlab import wait_rescraped, wait_until
 
 from opsctl.health import service
 from opsctl.sim import monitoring
@@ -55,8 +55,9 @@ def cfg(sim, tmp_path):
     wait_until(lambda: set(statuses(health_pass(path, remediate=False)).values()) == {"OK"}, timeout=60)
     yield path
     for node in sim.node_names:
-        monitoring.heal(sim, node)
+        monitoring.heal(sim, node)  # a repair: a new boot
     sim.reset()
+    wait_rescraped(sim)
 
 
 # XID 79 and the node reboot the driver then asks for (field 1523, which DCGM 4.5's exporter serves)
@@ -73,6 +74,15 @@ def health_pass(cfg: Path, remediate: bool = True) -> service.HealthResult:
 
 def statuses(result: service.HealthResult) -> dict[str, str]:
     return {r.node: r.status.value for r in result.reports}
+
+
+def not_ok(result: service.HealthResult) -> dict[str, list[str]]:
+    """What each node that is not OK reads as: the failure message names the check, not only the node."""
+    return {
+        r.node: [f"{v.code} {v.status.value}: {v.summary}" for v in r.verdicts if v.status.value != "OK"]
+        for r in result.reports
+        if r.status.value != "OK"
+    }
 
 
 def slurm_reasons(sim: SimCluster) -> dict[str, str]:
@@ -149,7 +159,7 @@ def test_xid48_waits_for_a_gpu_reset_and_a_repeat_escalates(sim, cfg, tmp_path):
 def test_dropped_exporter_is_unknown_and_not_drained(sim, cfg):
     monitoring.inject(sim, "gpu-006", "exporter_down")
     result = wait_until(lambda: (r := health_pass(cfg)).status == "UNKNOWN" and r, timeout=40, interval=1)
-    assert [n for n, s in statuses(result).items() if s != "OK"] == ["gpu-006"]
+    assert [n for n, s in statuses(result).items() if s != "OK"] == ["gpu-006"], not_ok(result)
     assert [d for d in result.decisions if d.action in ("drain", "hold", "alert")] == []
     assert slurm_reasons(sim) == {}
     assert result.exit_code == 3
@@ -181,9 +191,16 @@ def test_a_node_whose_exporters_stay_down_is_drained_evidence_lost_after_unknown
 def test_an_exporter_up_with_zero_gpu_series_is_a_gpu_count_failure(sim, cfg):
     for gpu in range(8):  # NVML lost every GPU; dcgm-exporter still answers its scrapes
         monitoring.inject(sim, "gpu-007", f"gpu_missing,gpu={gpu}")
-    result = wait_until(lambda: (r := health_pass(cfg)).status == "FAIL" and r, timeout=30, interval=1)
-    (r,) = [r for r in result.reports if r.node == "gpu-007"]
-    assert "0 of 8 GPUs visible" in [v.summary for v in r.verdicts if v.code == "gpu-count"]
+
+    def gpu_count(r: service.HealthResult) -> list[str]:
+        mine = [x for x in r.reports if x.node == "gpu-007"]
+        return [v.summary for x in mine for v in x.verdicts if v.code == "gpu-count"]
+
+    # a scrape between two of the eight injections shows some GPUs still there: judge once all are gone
+    wait_until(lambda: "0 of 8 GPUs visible" in gpu_count(health_pass(cfg, remediate=False)), timeout=30,
+               interval=1)
+    result = health_pass(cfg)
+    assert result.status == "FAIL" and "0 of 8 GPUs visible" in gpu_count(result)
     assert [(d.node, d.code) for d in result.decisions if d.action == "drain"] == [("gpu-007", "gpu-count")]
 
 

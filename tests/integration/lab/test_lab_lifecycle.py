@@ -194,7 +194,9 @@ def test_a_rolling_update_drains_installs_reboots_validates_and_resumes(
     # the proof of reboot opsctl relies on: the kernel's boot id, written at boot by the node_exporter role
     assert out(lab, "gpu-001", "systemctl", "is-enabled", "opsctl-boot-id").strip() == "enabled"
     assert health_boot(lab, "gpu-001") == (boots["gpu-001"], "kernel")
-    lab.opsctl("inject", "gpu-002", "ecc_dbe")  # gpu-002's diagnostic will fail after its reboot
+    # gpu-002's diagnostic will fail after its reboot: a failed row remap is damage a reboot keeps
+    # (an ECC error alone clears with the boot, labsim's boot unit)
+    lab.opsctl("inject", "gpu-002", "row_remap_failure")
     audit_file = lab.cfg.state_dir / "audit.jsonl"
     audited_before = len(audit_file.read_text().splitlines()) if audit_file.exists() else 0
     lab_yml = lab.inventory / "group_vars" / "all" / "lab.yml"

@@ -214,3 +214,91 @@ def test_without_the_count_opsctl_is_in_last_value_mode_and_remediation_refuses(
         f"{FAULTY}'s XID count back in Prometheus",
         lambda: [s for s in prom(lab, XID_COUNT) if s["metric"].get("Hostname") == FAULTY],
     )
+
+
+def test_auto_reboot_reboots_the_xid_79_machine_through_slurm_and_it_returns_to_service(
+    lab: RunningLab, site: Path, tmp_path: Path
+) -> None:
+    """[health] auto_reboot on the lab: FAULTY's XID 79 drains it through `opsctl health
+    --remediate`; idle, the next pass asks slurmctld to reboot it; slurmd runs the slurm role's
+    RebootProgram (/usr/sbin/reboot: the machine really reboots), slurmctld resumes the node once
+    its slurmd is back from the new boot (nextstate=RESUME), and opsctl sees the new kernel boot id
+    through Prometheus. The XIDs counted before the reboot are the earlier boot's from then on."""
+    config = tmp_path / "opsctl.toml"
+    text = site.read_text()
+    assert "\n[health]\n" in text
+    config.write_text(
+        text.replace("\n[health]\n", "\n[health]\nauto_reboot = true\n", 1).replace(
+            str(lab.cfg.state_dir / "health-state.json"), str(tmp_path / "state.json")
+        )
+    )
+    before = boot_id(lab, FAULTY)
+
+    def remediate() -> dict[str, Any]:
+        proc = health(lab, config, "--remediate", "--json")
+        assert proc.stdout.strip(), proc.stderr
+        plan: dict[str, Any] = json.loads(proc.stdout)["remediation"]
+        assert plan["refusal"] == "", plan
+        return plan
+
+    def acting(action: str) -> list[dict[str, Any]] | None:
+        return [d for d in remediate()["decisions"] if d["action"] == action] or None
+
+    lab.opsctl("inject", FAULTY, "xid=79,gpu=3")
+    try:
+        wait_for(
+            f"XID 79 counted for {FAULTY} GPU 3",
+            lambda: prom(lab, f'{XID_COUNT}{{Hostname="{FAULTY}",gpu="3",xid="79"}} > 0'),
+        )
+        drained = wait_for(f"{FAULTY} drained", lambda: acting("drain"), timeout=60)
+        assert [(d["node"], d["result"], d["latch"]["action"]) for d in drained] == [
+            (FAULTY, "applied", "reboot")
+        ], drained
+        assert slurm_reasons(lab) == {FAULTY: drained[0]["reason"]}
+        # idle and drained by opsctl: the next pass asks Slurm for the reboot, with the drain's reason
+        (reboot,) = acting("reboot") or []
+        reason = drained[0]["reason"]
+        assert (reboot["node"], reboot["result"], reboot["reason"]) == (FAULTY, "applied", reason)
+        after = wait_for(
+            f"{FAULTY} to reboot", lambda: (b := boot_id_or_none(lab, FAULTY)) != before and b, timeout=300
+        )
+        # slurmctld saw the new boot and put the node back, without anyone resuming it
+        wait_for(f"Slurm to return {FAULTY} to service", lambda: slurm_state(lab, FAULTY) == "idle",
+                 timeout=300)
+        assert slurm_reasons(lab) == {}
+
+        def proven() -> list[dict[str, Any]] | None:
+            decisions = remediate()["decisions"]
+            return [d for d in decisions if d["node"] == FAULTY and "through Slurm" in d["why"]] or None
+
+        (back,) = wait_for("opsctl to see the new boot", proven, timeout=180)
+        assert "boot id changed" in back["why"] and back["action"] == "none", back
+        assert FAULTY not in json.loads((tmp_path / "state.json").read_text())["latches"]
+        # the XID is the earlier boot's: the machine reads OK and stays in service
+        doc = json.loads(health(lab, config, "--json").stdout)
+        (entry,) = [n for n in doc["nodes"] if n["node"] == FAULTY]
+        assert entry["boot_id"] == after and entry["status"] == "OK", entry
+        assert [d["action"] for d in remediate()["decisions"] if d["node"] == FAULTY] == ["none"]
+    finally:
+        lab.opsctl("heal", FAULTY)
+
+
+def boot_id_or_none(lab: RunningLab, node: str) -> str | None:
+    """The machine's kernel boot id, None while it is rebooting (ssh fails)."""
+    proc = lab.ssh(node, "cat", "/proc/sys/kernel/random/boot_id", timeout=20)
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
+def boot_id(lab: RunningLab, node: str) -> str:
+    found = boot_id_or_none(lab, node)
+    assert found, f"{node}: no boot id"
+    return found
+
+
+def slurm_state(lab: RunningLab, node: str) -> str:
+    return lab.ssh("head-01", "sinfo", "-h", "-N", "-n", node, "-o", "%t").stdout.strip()
+
+
+def slurm_reasons(lab: RunningLab) -> dict[str, str]:
+    out = lab.ssh("head-01", "sinfo", "-h", "-N", "-R", "-o", "%N|%E").stdout
+    return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)

@@ -1,4 +1,6 @@
 import configparser
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -40,3 +42,54 @@ def test_faults_are_refused_on_the_head_and_unknown_nodes() -> None:
         faults.inject(cfg, "head-01", "xid=79")
     with pytest.raises(UsageError, match="gpu-007"):
         faults.heal(cfg, "gpu-007")
+
+
+def _unit(text: str) -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read_string(text)
+    return parser
+
+
+def test_each_boot_of_a_gpu_machine_is_a_boot_of_its_hardware_before_anything_reads_it(
+    tmp_path: Path,
+) -> None:
+    """The boot unit runs before slurmd, node_exporter and the emulated exporter; its script boots the
+    simulated hardware, gives /proc/stat this boot's btime and leaves -b for the boot's first slurmd,
+    whose drop-in consumes it."""
+    cfg = LabConfig(gpu_nodes=1, state_dir=tmp_path / "state")
+    upper = tmp_path / "upper"
+    labsim.install(cfg, cfg.machine("gpu-001"), upper)
+    units = upper / "etc/systemd/system"
+    boot = _unit((units / labsim.BOOT_UNIT).read_text())
+    assert set(boot["Unit"]["Before"].split()) == {
+        "slurmd.service", "prometheus-node-exporter.service", labsim.EXPORTER_UNIT
+    }
+    assert boot["Service"]["Type"] == "oneshot" and boot["Service"]["RemainAfterExit"] == "yes"
+    assert boot["Service"]["ExecStart"] == f"/bin/sh {labsim.BOOT_SCRIPT}"
+    wants = units / "multi-user.target.wants" / labsim.BOOT_UNIT
+    assert wants.is_symlink() and str(wants.readlink()) == f"/etc/systemd/system/{labsim.BOOT_UNIT}"
+    script = (upper / labsim.BOOT_SCRIPT.lstrip("/")).read_text().splitlines()
+    assert "-m opsctl.hwsim.boot --state /var/lib/hwsim/state.json" in script[3]
+    assert f"mount --bind {labsim.BOOT_RUN_DIR}/stat /proc/stat" in script
+    assert script[-1] == f"echo SLURMD_OPTIONS=-b > {labsim.SLURMD_BOOT_ENV}"
+    dropin = _unit((units / labsim.SLURMD_DROPIN).read_text())
+    assert dropin["Unit"]["After"] == labsim.BOOT_UNIT
+    assert dropin["Service"]["EnvironmentFile"] == f"-{labsim.SLURMD_BOOT_ENV}"
+    assert dropin["Service"]["ExecStartPost"] == f"/bin/rm -f {labsim.SLURMD_BOOT_ENV}"
+    # a second install (lab up again) leaves the same files and links
+    labsim.install(cfg, cfg.machine("gpu-001"), upper)
+    assert wants.is_symlink()
+
+
+def test_the_boot_script_gives_proc_stat_this_boots_btime(tmp_path: Path) -> None:
+    """The script's btime line, run against a copy of a real /proc/stat."""
+    (line,) = [x for x in labsim.render_boot_script().splitlines() if x.startswith("sed ")]
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  10 0 5 100 0 0 0 0 0 0\nintr 5\nctxt 77\nbtime 1700000000\nprocesses 9\n")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    cmd = line.replace("/proc/stat", str(stat)).replace(labsim.BOOT_RUN_DIR, str(run_dir))
+    subprocess.run(["sh", "-c", f"date() {{ echo 1800000000; }}; {cmd}"], check=True)
+    out = (run_dir / "stat").read_text().splitlines()
+    assert out == ["cpu  10 0 5 100 0 0 0 0 0 0", "intr 5", "ctxt 77", "btime 1800000000", "processes 9"]
