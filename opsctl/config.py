@@ -3,8 +3,9 @@
 Search order: `--config PATH`, then `$OPSCTL_CONFIG`, then `/etc/opsctl/opsctl.toml`; if none of
 them exists, the documented defaults apply (a path given explicitly must exist).
 
-Adding a section (other areas: `[health]`, `[ssh]`, `[launch]`): write a dataclass whose fields
-have defaults and simple types (str, int, float, bool, `X | None`, `list[str]`, `dict[str, str]`);
+Adding a section (other areas: `[health]`, `[launch]`, `[preflight]`, `[remediator]`): write a
+dataclass whose fields have defaults and simple types (str, int, float, bool, `X | None`,
+`list[str]`, `dict[str, str]`);
 optionally give it a `validate(self) -> None` method that raises ValueError("key: message"); mark
 path fields with `field(metadata={"path": True})` so relative paths resolve against the config
 file. Then either add one line to `SECTIONS` below ("module:Class", imported only when a config

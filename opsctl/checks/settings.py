@@ -76,7 +76,7 @@ class HealthSection:
     # renders the inventory's ib_fabric_hcas); other RDMA devices, Ethernet ports of the same
     # cards included, are not judged. None: the thresholds' list
     ib_devices: list[str] | None = None
-    nodes: str | None = None  # default node set when Slurm cannot list nodes
+    nodes: str | None = None  # default node set (NODESET wins); set, it replaces Slurm's node list
     stale_after: float = 30.0  # seconds: older exporter samples are UNKNOWN
     window_seconds: int = 600  # counter increase window (Prometheus)
     state_file: str = field(default="/var/lib/opsctl/health-state.json", metadata={"path": True})

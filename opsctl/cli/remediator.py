@@ -11,18 +11,17 @@ import click
 
 from opsctl.cli.common import config_path, emit_json
 from opsctl.errors import EXIT_UNKNOWN
+from opsctl.remediation.settings import RemediatorSection  # stdlib-light: the help shows its default
 
 if TYPE_CHECKING:
     from opsctl.audit import AuditLog
     from opsctl.remediation.pause import Pause
-    from opsctl.remediation.settings import RemediatorSection
     from opsctl.remediation.status import PassStatus
 
 
 def _settings(ctx: click.Context) -> tuple[RemediatorSection, AuditLog]:
     from opsctl.audit import AuditLog
     from opsctl.config import load_config
-    from opsctl.remediation.settings import RemediatorSection
 
     cfg = load_config(config_path(ctx))
     return cfg.section("remediator", RemediatorSection), AuditLog(cfg.audit.log)
@@ -52,7 +51,8 @@ def remediator() -> None:
 
 @remediator.command("run")
 @click.option("--interval", type=click.FloatRange(0.1, 3600), default=None,
-              help="Seconds between passes (default: [remediator] interval, 15).")
+              help=f"Seconds between passes (default: [remediator] interval, "
+                   f"{RemediatorSection.interval:g}).")
 @click.option("--once", is_flag=True, help="One pass, then exit (0 if it ran, 3 if it failed).")
 @click.pass_context
 def run(ctx: click.Context, interval: float | None, once: bool) -> None:

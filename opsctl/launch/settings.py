@@ -64,7 +64,8 @@ class LaunchSection:
     exclude_unknown: bool = True  # a node whose health cannot be judged is not used
     poll_s: float = 5.0  # watch refresh
     # watch --remediate: how long a job that ended FAILED is held while its nodes are re-checked
-    # (a node is declared dead only after SlurmdTimeout); keep it above SlurmdTimeout.
+    # (a node is declared dead only after SlurmdTimeout); keep it above SlurmdTimeout: the slurm
+    # role's is 300 s, so raise this default (120) there.
     failure_grace_s: float = 120.0
 
     def validate(self) -> None:

@@ -1,10 +1,12 @@
 """Remediation policy: turn node reports into decisions (``decide``).
 
-``decide`` is pure: reports + the Slurm view of the nodes + persisted state
-(``opsctl.remediation.state``) in, decisions out. Only ``opsctl.remediation.actions.act`` changes
-the world (drain/resume through the guarded Slurm actions); in dry-run it changes nothing, and in
-shadow mode it changes only the shadow state (so a shadow run shows the brake, holds and resumes it
-would have made). ``opsctl.remediation.passes`` runs one pass: lock, load, decide, act, save, log.
+``decide`` does no I/O: reports + the Slurm view of the nodes + the loaded state
+(``opsctl.remediation.state``) in, decisions out; it updates that state in place (failure clocks,
+latches taken, spent or observed, clean streaks), which the pass saves unless it is a dry run. Only
+``opsctl.remediation.actions.act`` changes the world (drain/resume through the guarded Slurm
+actions); in dry-run it changes nothing, and in shadow mode it changes only the shadow state (so a
+shadow run shows the brake, holds and resumes it would have made). ``opsctl.remediation.passes``
+runs one pass: lock, load, decide, act, save, log.
 
 Rules, in order:
 
