@@ -63,10 +63,11 @@ class LaunchSection:
     health_source: str = "prometheus"
     exclude_unknown: bool = True  # a node whose health cannot be judged is not used
     poll_s: float = 5.0  # watch refresh
-    # watch --remediate: how long a job that ended FAILED is held while its nodes are re-checked
-    # (a node is declared dead only after SlurmdTimeout); keep it above SlurmdTimeout: the slurm
-    # role's is 300 s, so raise this default (120) there.
-    failure_grace_s: float = 120.0
+    # watch --remediate: how long a job that ended FAILED is held while its nodes are re-checked.
+    # Slurm declares a dead node only after SlurmdTimeout plus up to one ping round (a third of
+    # it): 300 + 100 s with the slurm role's SlurmdTimeout. A shorter hold gives up on a run a node
+    # death killed, before the node is drained and the run requeued.
+    failure_grace_s: float = 400.0
 
     def validate(self) -> None:
         if self.nodes < 2:

@@ -230,13 +230,24 @@ def wait_until(pred, timeout: float = 30.0, interval: float = 0.25):  # type: ig
         time.sleep(interval)
 
 
-def wait_rescraped(sim) -> None:  # type: ignore[no-untyped-def]
-    """Until the sim's Prometheus has scraped both exporters of every node since now (rounded up to
-    the boot time a heal gives): in between, a healed node's boot is new while its GPUs' latest
-    samples are still of the boot before, and their recovery action rightly unknown."""
+
+def heal_all(sim) -> float:  # type: ignore[no-untyped-def]
+    """Heal every node of the sim (a repair: a new boot); the moment to pass to `rescraped`."""
     from opsctl.sim import monitoring
 
-    since = math.ceil(time.time())
+    for node in sim.node_names:
+        monitoring.heal(sim, node)
+    return float(math.ceil(time.time()))  # the boot time a heal gives is rounded up
+
+
+def rescraped(sim, since: float | None) -> bool:  # type: ignore[no-untyped-def]
+    """Whether the sim's Prometheus has scraped both exporters of every node since ``since`` (None:
+    nothing to wait for). Until then a healed node's boot is new while its GPUs' latest samples may
+    still be of the boot before, and their recovery action rightly unknown."""
+    from opsctl.sim import monitoring
+
+    if since is None:
+        return True
     info = monitoring.load_info(sim)
     assert info is not None, "the sim runs no monitoring"
-    wait_until(lambda: monitoring.scraped_since(info.prometheus_url, since), timeout=60, interval=0.5)
+    return monitoring.scraped_since(info.prometheus_url, since)

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from promlab import wait_rescraped, wait_until
+from promlab import heal_all, rescraped, wait_until
 
 from opsctl.health import service
 from opsctl.sim import monitoring
@@ -51,13 +51,16 @@ def cfg(sim, tmp_path):
     sim.set_config("health", stale_after=15.0, window_seconds=60, resume_after_clean=2,
                    state_file=str(tmp_path / "state.json"), decision_log=str(tmp_path / "decisions.jsonl"))
     path = sim.config_path
-    # start from a cluster that looks healthy (the previous test's faults are healed, re-scraped)
-    wait_until(lambda: set(statuses(health_pass(path, remediate=False)).values()) == {"OK"}, timeout=60)
+    # start from a cluster that looks healthy: the previous test's nodes healed and scraped since
+    since = HEALED.get(str(sim.state_dir))
+    wait_until(lambda: rescraped(sim, since)
+               and set(statuses(health_pass(path, remediate=False)).values()) == {"OK"}, timeout=60)
     yield path
-    for node in sim.node_names:
-        monitoring.heal(sim, node)  # a repair: a new boot
+    HEALED[str(sim.state_dir)] = heal_all(sim)
     sim.reset()
-    wait_rescraped(sim)
+
+
+HEALED: dict[str, float] = {}  # the module's sim -> when the last test's teardown healed its nodes
 
 
 # XID 79 and the node reboot the driver then asks for (field 1523, which DCGM 4.5's exporter serves)
