@@ -56,7 +56,7 @@ def run_once(
         "--local",
         "--output",
         str(out),
-        "--config",
+        "--job",
         str(ROOT / "training" / "configs" / "demo.toml"),
     ]
     for o in [*BALANCED, f"trainer.steps={steps}", f"orchestrator.async_level={async_level}",

@@ -106,7 +106,7 @@ def hog() -> subprocess.Popen[bytes]:
 
 def run_job(work: Path, seed: int, load: str, overrides: list[str]) -> LearningRun:
     out = work / f"seed{seed}-{load}"
-    argv = [sys.executable, "-m", "opsctl", "launch", "rl-run", "--local", "--config", str(DEMO)]
+    argv = [sys.executable, "-m", "opsctl", "launch", "rl-run", "--local", "--job", str(DEMO)]
     argv += ["--output", str(out), "-o", f"seed={seed}"]
     for o in overrides:
         argv += ["-o", o]

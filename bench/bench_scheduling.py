@@ -76,7 +76,7 @@ def sample_in_flight(run: Path, stop: threading.Event, out: list[tuple[float, fl
 def run_once(name: str, steps: int, skip: int, work: Path, sft: Path | None) -> dict[str, float]:
     out = work / name
     argv = [sys.executable, "-m", "opsctl", "launch", "rl-run", "--local", "--output", str(out)]
-    argv += ["--config", str(ROOT / "training" / "configs" / "demo.toml")]
+    argv += ["--job", str(ROOT / "training" / "configs" / "demo.toml")]
     model = ["sft.enabled=false", f"model.path={sft}"] if sft else []
     for o in [*COMMON, *model, *SETTINGS[name], f"trainer.steps={steps}"]:
         argv += ["-o", o]

@@ -91,7 +91,7 @@ def one(sim: LaunchSim, config: Path, root: Path, name: str, no_spare: bool = Fa
 
     env = {**sim.env, "OPSCTL_CONFIG": str(config)}
     run = root / "runs" / name
-    argv = [sys.executable, "-m", "opsctl", "launch", "rl-run", "--config", str(DEMO), "--output", str(run),
+    argv = [sys.executable, "-m", "opsctl", "launch", "rl-run", "--job", str(DEMO), "--output", str(run),
             "-o", "sft.enabled=false", "-o", "trainer.steps=400", "-o", "trainer.checkpoint_every=5"]
     for o in TINY:
         argv += ["-o", o]

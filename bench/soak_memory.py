@@ -119,7 +119,7 @@ def soak(args: argparse.Namespace) -> dict[str, object]:
         config.write_text(sim.config_path.read_text() + section)
         env = {**sim.env, "OPSCTL_CONFIG": str(config)}
         run = root / "runs" / "soak"
-        argv = [sys.executable, "-m", "opsctl", "launch", "rl-run", "--config", str(DEMO),
+        argv = [sys.executable, "-m", "opsctl", "launch", "rl-run", "--job", str(DEMO),
                 "--output", str(run), "-o", "trainer.steps=1000000", "-o", "trainer.checkpoint_every=5"]
         for o in TINY:
             argv += ["-o", o]

@@ -58,7 +58,7 @@ step "3. Launch the RL run on the lab's slurmctld (python: the runtime site.yml 
 # Runs live on the share: this host writes them at its backing directory ([launch] runs_dir).
 RUNS=$(python -c 'import os,tomllib;print(tomllib.load(open(os.environ["OPSCTL_CONFIG"],"rb"))["launch"]["runs_dir"])')
 RUN="$RUNS/demo"
-LAUNCH=(opsctl launch rl-run --config training/configs/demo.toml --output "$RUN"
+LAUNCH=(opsctl launch rl-run --job training/configs/demo.toml --output "$RUN"
         -o "trainer.steps=$RL_STEPS" -o "trainer.checkpoint_every=$CHECKPOINT_EVERY")
 # --dry-run: the node choice and the script, nothing created; its first lines are the plan.
 show "${LAUNCH[@]}" --dry-run | sed -n 1,3p

@@ -19,7 +19,10 @@ def launch() -> None:
 
 @launch.command("rl-run")
 @click.option("--local", "local", is_flag=True, help="Run every process on this machine.")
-@click.option("--config", "config", type=click.Path(dir_okay=False), default=None, help="Job TOML file.")
+@click.option("--job", "job_file", type=click.Path(dir_okay=False), default=None,
+              help="The job's TOML file (default: every job setting at its default).")
+# The old spelling: `opsctl --config` names opsctl.toml, so one flag named two files.
+@click.option("--config", "old_job", type=click.Path(dir_okay=False), default=None, hidden=True)
 @click.option(
     "-o",
     "--override",
@@ -41,7 +44,8 @@ def launch() -> None:
 def rl_run(
     ctx: click.Context,
     local: bool,
-    config: str | None,
+    job_file: str | None,
+    old_job: str | None,
     overrides: tuple[str, ...],
     output: str | None,
     resume: bool,
@@ -52,6 +56,7 @@ def rl_run(
     nodelist: str | None,
 ) -> None:
     """SFT, then RL with inference, orchestrator and trainer processes."""
+    config = _job_file(job_file, old_job)
     from opsctl.launch import local as launcher
     from training.config import dump_toml
     from training.rundir import resume_point
@@ -92,3 +97,14 @@ def rl_run(
         click.echo(f"run {run.root}: finished")
         for e in info["evals"]:  # type: ignore[attr-defined]
             click.echo(f"  eval at step {e['step']}: accuracy {e['accuracy']:.3f}")
+
+
+def _job_file(job_file: str | None, old_job: str | None) -> str | None:
+    """``--job``, or the old ``launch rl-run --config`` with a notice (it still works)."""
+    if old_job is None:
+        return job_file
+    if job_file is not None:
+        raise UsageError("give the job TOML once: --job (launch rl-run --config is its old name)")
+    click.echo("opsctl: notice: `launch rl-run --config FILE` is now `--job FILE` "
+               "(`opsctl --config` names opsctl.toml)", err=True)
+    return old_job

@@ -37,7 +37,7 @@ def prepare(
         if not run.config.exists():
             raise UsageError(f"--resume: {run.config} not found")
         if config or overrides:
-            raise UsageError("--resume continues with the run's saved config; drop --config/-o")
+            raise UsageError("--resume continues with the run's saved config; drop --job/-o")
         try:
             return run, run.load_config()
         except tconfig.ConfigError as exc:

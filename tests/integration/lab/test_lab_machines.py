@@ -186,7 +186,7 @@ def test_an_rl_run_launched_from_the_host_trains_on_the_lab(lab: RunningLab, con
     run = Path(launch["runs_dir"]) / "tiny"
     assert run.is_relative_to(lab.cfg.shared_dir / "nfs")  # the NFS stand-in's backing directory
     demo = Path(__file__).resolve().parents[3] / "training" / "configs" / "demo.toml"
-    args = ["launch", "rl-run", "--config", str(demo), "--output", str(run)]
+    args = ["launch", "rl-run", "--job", str(demo), "--output", str(run)]
     for o in TINY_RUN:
         args += ["-o", o]
     lab.opsctl_cli(*args, timeout=300)

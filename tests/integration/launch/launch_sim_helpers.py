@@ -55,7 +55,7 @@ class LaunchEnv:
                               env=self.env, cwd=ROOT, timeout=timeout, check=False)
 
     def launch(self, run_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-        argv = ["launch", "rl-run", "--config", str(DEMO), "--output", str(run_dir)]
+        argv = ["launch", "rl-run", "--job", str(DEMO), "--output", str(run_dir)]
         for o in TINY:
             argv += ["-o", o]
         return self.opsctl(*argv, *extra)

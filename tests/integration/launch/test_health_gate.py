@@ -40,7 +40,7 @@ def monitored() -> Iterator[tuple[SimCluster, Path]]:
 
 def dry_run(sim: SimCluster, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**sim.env, "OPSCTL_CONFIG": str(config)}
-    argv = [sys.executable, "-m", "opsctl", "launch", "rl-run", "--config", str(DEMO), "--dry-run", *args]
+    argv = [sys.executable, "-m", "opsctl", "launch", "rl-run", "--job", str(DEMO), "--dry-run", *args]
     return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120, check=False)
 
 
@@ -65,7 +65,7 @@ def start(sim: SimCluster, config: Path, run: Path, steps: int) -> subprocess.Co
     from launch_sim_helpers import TINY
 
     env = {**sim.env, "OPSCTL_CONFIG": str(config)}
-    argv = [sys.executable, "-m", "opsctl", "launch", "rl-run", "--config", str(DEMO), "--output", str(run),
+    argv = [sys.executable, "-m", "opsctl", "launch", "rl-run", "--job", str(DEMO), "--output", str(run),
             "-o", f"trainer.steps={steps}", "-o", "trainer.checkpoint_every=5"]
     for o in TINY:
         argv += ["-o", o]

@@ -33,7 +33,7 @@ class Site:
                               env=env, cwd=ROOT, timeout=180, check=False)
 
     def dry_run(self, nodes: int) -> subprocess.CompletedProcess[str]:
-        return self.opsctl("launch", "rl-run", "--config", str(DEMO), "--dry-run", "--nodes", str(nodes),
+        return self.opsctl("launch", "rl-run", "--job", str(DEMO), "--dry-run", "--nodes", str(nodes),
                            "--output", str(self.config.parent / "runs" / "q"))
 
     def audit_records(self) -> list[dict[str, Any]]:

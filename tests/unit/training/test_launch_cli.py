@@ -35,7 +35,7 @@ def test_bad_override_is_a_one_line_config_error(capsys: pytest.CaptureFixture[s
             "launch",
             "rl-run",
             "--local",
-            "--config",
+            "--job",
             DEMO,
             "-o",
             "trainer.lrr=1",
@@ -55,7 +55,7 @@ def test_bad_value_names_the_key(capsys: pytest.CaptureFixture[str], tmp_path: P
             "launch",
             "rl-run",
             "--local",
-            "--config",
+            "--job",
             DEMO,
             "-o",
             "orchestrator.async_level=-2",
@@ -73,7 +73,7 @@ def test_dry_run_prints_the_resolved_config(capsys: pytest.CaptureFixture[str], 
             "launch",
             "rl-run",
             "--local",
-            "--config",
+            "--job",
             DEMO,
             "-o",
             "trainer.lr=1e-4",
@@ -93,14 +93,30 @@ def test_refuses_to_reuse_a_run_dir_and_needs_local(
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "config.toml").write_text("")
     code, _out, err = run_cli(
-        ["launch", "rl-run", "--local", "--config", DEMO, "--output", str(tmp_path / "r")], capsys
+        ["launch", "rl-run", "--local", "--job", DEMO, "--output", str(tmp_path / "r")], capsys
     )
     assert code == 2 and "already holds a run" in err
     # Without --local the launch goes to Slurm; with no reachable Slurm that is exit 3 (unknown),
     # and the message points at --local.
-    code, _out, err = run_cli(["launch", "rl-run", "--config", DEMO], capsys)
+    code, _out, err = run_cli(["launch", "rl-run", "--job", DEMO], capsys)
     assert code == 3 and "--local" in err
     code, _out, err = run_cli(
         ["launch", "rl-run", "--local", "--resume", "--output", str(tmp_path / "x")], capsys
     )
     assert code == 2 and "not found" in err
+
+
+def test_the_old_config_spelling_still_names_the_job_with_a_notice(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    args = ["launch", "rl-run", "--local", "--output", str(tmp_path / "r"), "--dry-run"]
+    args += ["-o", "trainer.lr=1e-4"]
+    code, out, err = run_cli([*args, "--config", DEMO], capsys)
+    assert code == 0 and "lr = 0.0001" in out
+    assert err.strip() == (
+        "opsctl: notice: `launch rl-run --config FILE` is now `--job FILE`"
+        " (`opsctl --config` names opsctl.toml)"
+    )
+    code, _out, err = run_cli([*args, "--config", DEMO, "--job", DEMO], capsys)
+    assert code == 2 and err.strip().startswith("opsctl: error: give the job TOML once: --job")
+    assert "--config" not in run_cli(["launch", "rl-run", "--help"], capsys)[1]

@@ -39,7 +39,7 @@ def test_bad_vllm_values_name_the_key(override: str, key: str) -> None:
 
 
 def test_local_launch_needs_running_vllm_servers(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    args = ["launch", "rl-run", "--local", "--config", str(DEMO), "--output", str(tmp_path / "r")]
+    args = ["launch", "rl-run", "--local", "--job", str(DEMO), "--output", str(tmp_path / "r")]
     for ov in VLLM:
         args += ["-o", ov]
     with pytest.raises(SystemExit) as exc:
