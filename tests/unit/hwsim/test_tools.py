@@ -170,3 +170,20 @@ def test_dmesg_stamps_count_from_the_running_kernel_after_a_heal(
     [event] = xids_from_dmesg(parse_dmesg_xids(text), [], "", now, uptime)
     assert event.xid == 79
     assert event.time is not None and abs(event.time - state.xids[0].time) < 5.0, (event, text, uptime)
+
+
+def test_dmesg_stamps_count_from_the_kernel_btime_a_lab_machine_saved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lab machine covers /proc/stat with its own boot's btime; the shim stamps from the running
+    kernel's, saved before, since readers convert stamps with that kernel's /proc/uptime."""
+    from opsctl.hwsim import tools
+
+    saved = tmp_path / "kernel-btime"
+    saved.write_text("1700000000\n")
+    monkeypatch.setattr(tools, "KERNEL_BTIME_FILE", str(saved))
+    assert tools._kernel_boot_time() == 1700000000.0
+    saved.unlink()  # elsewhere: /proc/stat's btime
+    stat = Path("/proc/stat").read_text().splitlines()
+    proc_btime = next(float(x.split()[1]) for x in stat if x.startswith("btime "))
+    assert tools._kernel_boot_time() == proc_btime

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from opsctl.errors import UsageError
+from opsctl.hwsim.tools import KERNEL_BTIME_FILE
 from opsctl.lab import faults, labsim
 from opsctl.lab.config import LabConfig
 
@@ -71,7 +72,11 @@ def test_each_boot_of_a_gpu_machine_is_a_boot_of_its_hardware_before_anything_re
     assert wants.is_symlink() and str(wants.readlink()) == f"/etc/systemd/system/{labsim.BOOT_UNIT}"
     script = (upper / labsim.BOOT_SCRIPT.lstrip("/")).read_text().splitlines()
     assert "-m opsctl.hwsim.boot --state /var/lib/hwsim/state.json" in script[3]
-    assert f"mount --bind {labsim.BOOT_RUN_DIR}/stat /proc/stat" in script
+    cover = f"mountpoint -q /proc/stat || mount --bind {labsim.BOOT_RUN_DIR}/stat /proc/stat"
+    # the kernel's own btime is saved before it is covered, where the dmesg shim looks for it
+    assert labsim.KERNEL_BTIME == KERNEL_BTIME_FILE
+    save = f"[ -e {KERNEL_BTIME_FILE} ] || awk '/^btime /{{print $2}}' /proc/stat > {KERNEL_BTIME_FILE}"
+    assert script.index(save) < script.index(cover)
     assert script[-1] == f"echo SLURMD_OPTIONS=-b > {labsim.SLURMD_BOOT_ENV}"
     dropin = _unit((units / labsim.SLURMD_DROPIN).read_text())
     assert dropin["Unit"]["After"] == labsim.BOOT_UNIT
