@@ -5,11 +5,13 @@ them exists, the documented defaults apply (a path given explicitly must exist).
 
 Adding a section (other areas: `[health]`, `[launch]`, `[preflight]`, `[remediator]`): write a
 dataclass whose fields have defaults and simple types (str, int, float, bool, `X | None`,
-`list[str]`, `dict[str, str]`);
-optionally give it a `validate(self) -> None` method that raises ValueError("key: message"); mark
-path fields with `field(metadata={"path": True})` so relative paths resolve against the config
-file. Then either add one line to `SECTIONS` below ("module:Class", imported only when a config
-is loaded) or call `register_section(name, cls)` before loading.
+`list[str]`, `dict[str, str]`); declare the values a key accepts once, with
+`field(metadata=limits(...))` (the loader enforces them, the generated reference lists them); mark
+path fields with `limits(path=True)` so relative paths resolve against the config file; say what a
+key means in a comment on or above it (the reference takes it from there); give it a
+`validate(self) -> None` method only for checks across keys, raising ValueError("key: message").
+Then either add one line to `SECTIONS` below ("module:Class", imported only when a config is
+loaded) or call `register_section(name, cls)` before loading; then `make reference`.
 """
 
 from __future__ import annotations
@@ -30,26 +32,85 @@ SYSTEM_CONFIG = Path("/etc/opsctl/opsctl.toml")
 ENV_VAR = "OPSCTL_CONFIG"
 
 
+def limits(
+    *,
+    choices: tuple[str, ...] = (),
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    path: bool = False,
+) -> dict[str, Any]:
+    """Field metadata: the values a key accepts (enforced by the loader, listed in the reference)."""
+    meta: dict[str, Any] = {}
+    if choices:
+        meta["choices"] = choices
+    for name, bound in (("ge", ge), ("gt", gt), ("le", le)):
+        if bound is not None:
+            meta[name] = bound
+    if path:
+        meta["path"] = True
+    return meta
+
+
+def field_limits(cls: type[Any], key: str) -> typing.Mapping[str, Any]:
+    """The limits a section's key declares, for a CLI option that sets the same value."""
+    return next(f.metadata for f in dataclasses.fields(cls) if f.name == key)
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def describe_limits(meta: typing.Mapping[str, Any]) -> str:
+    """What a key accepts, in words: "one of a, b", "between 0 and 1", "in (0, 60]", ">= 0"."""
+    if "choices" in meta:
+        return "one of " + ", ".join(meta["choices"])
+    ge, gt, le = meta.get("ge"), meta.get("gt"), meta.get("le")
+    if ge is not None and le is not None:
+        return f"between {_num(ge)} and {_num(le)}"
+    if gt is not None and le is not None:
+        return f"in ({_num(gt)}, {_num(le)}]"
+    if ge is not None:
+        return f">= {_num(ge)}"
+    if gt is not None:
+        return f"> {_num(gt)}"
+    if le is not None:
+        return f"<= {_num(le)}"
+    return ""
+
+
+def check_limits(value: Any, meta: typing.Mapping[str, Any]) -> str | None:
+    """None if VALUE is accepted, else the message ("must be between 0 and 1 (got 1.5)")."""
+    if value is None:
+        return None
+    if "choices" in meta:
+        ok = value in meta["choices"]
+        return None if ok else f"must be {describe_limits(meta)} (got {value!r})"
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    ok = (
+        (meta.get("ge") is None or value >= meta["ge"])
+        and (meta.get("gt") is None or value > meta["gt"])
+        and (meta.get("le") is None or value <= meta["le"])
+    )
+    return None if ok else f"must be {describe_limits(meta)} (got {_num(value)})"
+
+
 @dataclass
 class SlurmSection:
-    backend: str = "auto"  # auto | cli | pyslurm
-    partition: str | None = None  # the partition guardrails count against (None: all nodes)
-    slurm_conf: str | None = field(default=None, metadata={"path": True})  # exported as SLURM_CONF
-    command_timeout: float = 30.0  # seconds per Slurm command
-    cli_format: str = "auto"  # auto | json | text: how the CLI backend reads Slurm
-
-    def validate(self) -> None:
-        if self.backend not in {"auto", "cli", "pyslurm"}:
-            raise ValueError(f"backend: must be one of auto, cli, pyslurm (got {self.backend!r})")
-        if self.cli_format not in {"auto", "json", "text"}:
-            raise ValueError(f"cli_format: must be one of auto, json, text (got {self.cli_format!r})")
-        if not 0 < self.command_timeout <= 3600:
-            raise ValueError(f"command_timeout: must be in (0, 3600] seconds (got {self.command_timeout})")
+    # auto: pyslurm when it imports, else the Slurm CLI
+    backend: str = field(default="auto", metadata=limits(choices=("auto", "cli", "pyslurm")))
+    partition: str | None = None  # the partition guardrails count against (unset: all nodes)
+    slurm_conf: str | None = field(default=None, metadata=limits(path=True))  # exported as SLURM_CONF
+    # seconds per Slurm command; a timeout reads as "unreachable" (exit 3)
+    command_timeout: float = field(default=30.0, metadata=limits(gt=0, le=3600))
+    # how the CLI backend reads Slurm: its JSON output, its text output, or auto (docs/slurm.md)
+    cli_format: str = field(default="auto", metadata=limits(choices=("auto", "json", "text")))
 
 
 @dataclass
 class PrometheusSection:
-    url: str = "http://127.0.0.1:9090"
+    url: str = "http://127.0.0.1:9090"  # the Prometheus that scrapes dcgm-exporter and node_exporter
 
     def validate(self) -> None:
         if not self.url.startswith(("http://", "https://")):
@@ -58,19 +119,15 @@ class PrometheusSection:
 
 @dataclass
 class GuardrailsSection:
-    max_drain_fraction: float = 0.10  # share of the partition that may be drained at once
-    min_drain_nodes: int = 1  # ...but always at least this many nodes
-
-    def validate(self) -> None:
-        if not 0 <= self.max_drain_fraction <= 1:
-            raise ValueError(f"max_drain_fraction: must be between 0 and 1 (got {self.max_drain_fraction})")
-        if self.min_drain_nodes < 0:
-            raise ValueError(f"min_drain_nodes: must be >= 0 (got {self.min_drain_nodes})")
+    # share of the partition that may be out of service (drained or down) at once ...
+    max_drain_fraction: float = field(default=0.10, metadata=limits(ge=0, le=1))
+    min_drain_nodes: int = field(default=1, metadata=limits(ge=0))  # ... but always at least this many
 
 
 @dataclass
 class AuditSection:
-    log: str = field(default="/var/log/opsctl/audit.jsonl", metadata={"path": True})
+    # one JSON object per drain, resume or quarantine action, whatever its outcome
+    log: str = field(default="/var/log/opsctl/audit.jsonl", metadata=limits(path=True))
 
 
 # name -> dataclass, or "module:Class" imported lazily when a config is loaded.
@@ -199,6 +256,9 @@ def _build_section(where: str, name: str, cls: type[Any], table: dict[str, Any],
             value = _coerce(value, hints[key])
         except ValueError as exc:
             raise ConfigError(f"{where}: {name}.{key}: {exc}") from None
+        problem = check_limits(value, fields[key].metadata)
+        if problem:
+            raise ConfigError(f"{where}: {name}.{key}: {problem}")
         if fields[key].metadata.get("path") and isinstance(value, str):
             value = str((base_dir / Path(value).expanduser()).resolve())
         values[key] = value

@@ -25,36 +25,40 @@ class ModelConfig:
     # Local directory with a Hugging Face checkpoint (config.json, weights, tokenizer). Empty means:
     # build a tiny random model of `arch` in the run directory (tests and the CPU demo).
     path: str = ""
-    arch: str = "qwen3"
-    hidden_size: int = 64
-    intermediate_size: int = 128
-    num_hidden_layers: int = 2
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    head_dim: int = 16
+    arch: str = "qwen3"  # tiny model's architecture (HF model_type); only used when `path` is empty
+    hidden_size: int = 64  # tiny model: hidden (residual stream) width
+    intermediate_size: int = 128  # tiny model: inner width of the dense MLPs
+    num_hidden_layers: int = 2  # tiny model: number of transformer layers
+    num_attention_heads: int = 4  # tiny model: query heads per layer
+    num_key_value_heads: int = 2  # tiny model: key/value heads per layer (grouped-query attention)
+    head_dim: int = 16  # tiny model: width of each attention head
     # MoE sizes, used by glm4_moe only.
     moe_intermediate_size: int = 32
-    n_routed_experts: int = 4
-    num_experts_per_tok: int = 2
+    n_routed_experts: int = 4  # glm4_moe tiny model: routed experts per MoE layer
+    num_experts_per_tok: int = 2  # glm4_moe tiny model: experts each token is routed to
+    # Parameter dtype wherever the model is loaded: SFT, the trainer, the built-in inference server,
+    # and vLLM's --dtype.
     dtype: str = "float32"
 
 
 @dataclass
 class EnvConfig:
-    name: str = "arithmetic"
+    name: str = "arithmetic"  # registered environment (training.envs.REGISTRY)
     # Passed to the environment's load_environment(**kwargs).
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class SFTConfig:
+    # Fine-tune on the environment's demonstrations before RL; false: RL starts from model.path
+    # (or the tiny random model).
     enabled: bool = True
-    steps: int = 100
-    batch_size: int = 16
-    lr: float = 3e-3
-    weight_decay: float = 0.0
-    num_demos: int = 256
-    warmup_steps: int = 10
+    steps: int = 100  # most SFT optimizer steps (target_accuracy may stop it earlier)
+    batch_size: int = 16  # demonstrations per SFT step
+    lr: float = 3e-3  # AdamW peak learning rate
+    weight_decay: float = 0.0  # AdamW weight decay
+    num_demos: int = 256  # training problems used as demonstrations (a seeded random sample)
+    warmup_steps: int = 10  # steps of linear warmup up to lr
     # "cosine": decays to 0 at `steps`; "constant" keeps the peak after warmup, so that where an
     # accuracy target stops SFT does not decide how far the rate had decayed (docs/training.md).
     lr_schedule: str = "cosine"
@@ -63,23 +67,29 @@ class SFTConfig:
     # start with headroom, and a fixed step count lands anywhere from 5% to 60% depending on the
     # data draw, which made "RL improves over SFT" a coin toss; a target lands it near one point.
     target_accuracy: float = 0.0
-    check_every: int = 25
-    check_size: int = 128
+    check_every: int = 25  # SFT steps between accuracy checks (only with target_accuracy > 0)
+    check_size: int = 128  # training problems per accuracy check, one sampled completion each
 
 
 @dataclass
 class InferenceConfig:
     # "builtin": the torch engine in training.inference; "vllm": an external OpenAI-compatible server.
     backend: str = "builtin"
+    # Address the built-in server binds; its announced URL uses the machine's hostname for 0.0.0.0
+    # or empty.
     host: str = "127.0.0.1"
-    port: int = 0
+    port: int = 0  # built-in server's port; 0 picks a free port (announced in peers/)
     # External servers (vllm backend): base URLs; empty means discover from the run directory.
     urls: list[str] = field(default_factory=list)
+    # HTTP path the orchestrator POSTs {weight_dir, version} to for each new policy; vLLM's middleware
+    # serves this path, the built-in server only /update_weights.
     update_weights_path: str = "/update_weights"
-    max_batch_size: int = 64
-    max_tokens: int = 8
+    max_batch_size: int = 64  # built-in engine: most sequences decoded per step; the rest wait
+    max_tokens: int = 8  # token budget per completion (rollouts, eval, SFT check); longer ones are cut
+    # Sampling temperature of rollouts and of SFT's accuracy check (0: greedy); the trainer divides
+    # logits by it when recomputing log-probs.
     temperature: float = 1.0
-    threads: int = 1
+    threads: int = 1  # torch CPU threads of each built-in inference server
     # The "model" of every completion request; vLLM started by `opsctl launch` serves under this name.
     served_model_name: str = "policy"
     # Stop strings sent with every completion request besides the environment's stop_sequences
@@ -89,8 +99,8 @@ class InferenceConfig:
     # Each replica spans tensor_parallel_size GPUs of one node; a node with G GPUs runs
     # G / tensor_parallel_size replicas, replica r on port vllm_port + r.
     tensor_parallel_size: int = 8
-    vllm_port: int = 8000
-    gpu_memory_utilization: float = 0.9
+    vllm_port: int = 8000  # port of replica 0 on each inference node
+    gpu_memory_utilization: float = 0.9  # vLLM --gpu-memory-utilization: fraction of each GPU's memory
     max_model_len: int = 0  # 0: the model's own context length
     vllm_args: list[str] = field(default_factory=list)  # appended to the vLLM command line as given
     ready_timeout_s: float = 1800.0  # how long the job waits for every replica's GET /health
@@ -100,20 +110,27 @@ class InferenceConfig:
 
 @dataclass
 class OrchestratorConfig:
-    batch_groups: int = 8
-    group_size: int = 8
+    batch_groups: int = 8  # groups (tasks) per trainer step: batch_groups x group_size rollouts
+    group_size: int = 8  # completions per task; advantages are relative to the group mean
+    # How far generation may run ahead of training, in policy versions: groups for batch t are requested
+    # once the servers hold policy >= t - async_level, with at most async_level + 1 batches buffered or
+    # in flight. 0: strictly on-policy (and bitwise reproducible).
     async_level: int = 1
+    # A group whose oldest policy version is more than this many steps behind the batch (trainer step)
+    # it would land in is dropped (continuous: cancelled in flight) and its task re-queued.
     max_off_policy_steps: int = 2
-    micro_batch_tokens: int = 2048
+    micro_batch_tokens: int = 2048  # padded tokens (rows x widest row) per trainer forward/backward
     # Samples are packed into rows of at most this many tokens (see docs/training.md, Batching):
     # attention with a dense block-diagonal mask costs the square of the row width.
     pack_row_tokens: int = 256
-    normalize_adv_std: bool = False
+    normalize_adv_std: bool = False  # divide advantages (reward - group mean) by the group's reward std
+    # Held-out problems evaluated (the first eval_size of the eval split) before step 0 (not on
+    # resume) and, with eval_at_end, after the last step; 0: no eval.
     eval_size: int = 200
-    eval_samples: int = 1
-    eval_temperature: float = 0.0
-    eval_at_end: bool = True
-    threads: int = 1
+    eval_samples: int = 1  # completions per eval problem; accuracy is the mean over all
+    eval_temperature: float = 0.0  # sampling temperature of eval completions; 0: greedy
+    eval_at_end: bool = True  # also evaluate the final policy after the last step (with eval_size > 0)
+    threads: int = 1  # torch CPU threads of the orchestrator process
     # "continuous": each group is its own request, up to max_inflight_groups per server, refilled
     # as each finishes; "batch": one request per server per batch, waiting for its slowest
     # completion. "auto": continuous on vLLM, whose decode step costs about the same for 1 or 128
@@ -126,31 +143,35 @@ class OrchestratorConfig:
     # Optional group filters (a filtered group is not trained on; its task is not re-queued).
     filter_zero_advantage: bool = False  # all rewards equal: no learning signal
     filter_too_easy: bool = False  # mean reward >= too_easy_mean_reward
-    too_easy_mean_reward: float = 1.0
+    too_easy_mean_reward: float = 1.0  # filter_too_easy: groups with mean reward >= this are dropped
     filter_too_hard: bool = False  # mean reward <= too_hard_mean_reward
-    too_hard_mean_reward: float = 0.0
+    too_hard_mean_reward: float = 0.0  # filter_too_hard: groups with mean reward <= this are dropped
     # Completions cut off at max_tokens (finish_reason "length") get zero loss weight.
     mask_truncated: bool = True
 
 
 @dataclass
 class TrainerConfig:
-    steps: int = 20
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
-    warmup_steps: int = 0
+    steps: int = 20  # RL steps: optimizer steps, one per rollout batch
+    lr: float = 1e-3  # AdamW peak learning rate
+    weight_decay: float = 0.0  # AdamW weight decay
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])  # AdamW (beta1, beta2)
+    warmup_steps: int = 0  # steps of linear warmup up to lr; 0: none
     # "constant" after warmup, or "cosine" from lr down to min_lr_ratio * lr at the last step.
     lr_schedule: str = "constant"
-    min_lr_ratio: float = 0.0
-    max_grad_norm: float = 1.0
+    min_lr_ratio: float = 0.0  # cosine: final learning rate as a fraction of lr
+    max_grad_norm: float = 1.0  # clip the gradients' total L2 norm to this (SFT too)
     # Token-level importance ratio bounds: tokens whose ratio falls outside [low, high] are masked.
     mask_ratio_low: float = 0.125
-    mask_ratio_high: float = 8.0
+    mask_ratio_high: float = 8.0  # the upper bound (> 1)
+    # Trainer ranks (processes), which share each batch's micro-batches; a local launch starts this
+    # many, and `opsctl launch` on Slurm sets it to trainer nodes x tasks per node.
     world_size: int = 1
-    checkpoint_every: int = 5
+    checkpoint_every: int = 5  # steps between trainer/orchestrator checkpoints (resume points)
+    # Newest published weights/step_N versions kept (at least async_level + 2); older ones are deleted
+    # unless at a checkpoint step.
     keep_weights: int = 3
-    threads: int = 1
+    threads: int = 1  # torch CPU threads per trainer rank (and of SFT)
     backend: str = "auto"  # auto: nccl+FSDP on GPU, gloo on CPU
 
 
@@ -158,13 +179,13 @@ class TrainerConfig:
 class MetricsConfig:
     # Prometheus /metrics port per component; 0 picks a free port (written to peers/).
     port: int = 0
-    enabled: bool = True
+    enabled: bool = True  # serve /metrics (trainer rank 0, orchestrator); metrics.jsonl is written either way
 
 
 @dataclass
 class JobConfig:
-    seed: int = 0
-    run_id: str = ""
+    seed: int = 0  # seeds SFT, the tiny model, trainer init, task draws and sampling
+    run_id: str = ""  # run name, the default run directory's name; empty: generated at launch
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)

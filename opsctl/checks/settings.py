@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from opsctl.address import check_absolute, check_addresses
 from opsctl.checks.catalogue import CATALOGUE
 from opsctl.checks.thresholds import Thresholds, load_thresholds
+from opsctl.config import limits
 from opsctl.errors import ConfigError
 from opsctl.parsers.lustre_probe import probe_command
 
@@ -68,7 +69,9 @@ class PolicyConfig:
 
 @dataclass
 class HealthSection:
-    source: str = "prometheus"  # prometheus | ssh | dcgm | prometheus+ssh
+    # where evidence comes from (docs/health-checks.md); prometheus+ssh adds the SSH-only probes
+    source: str = field(default="prometheus", metadata=limits(choices=SOURCES))
+    # checks remediation needs evidence for on every node: without it, it refuses to act
     required_checks: list[str] = field(default_factory=lambda: list(REQUIRED_CHECKS))
     thresholds: str | None = field(default=None, metadata={"path": True})  # site overrides (TOML)
     expected_gpus: int | None = None  # shortcut for thresholds gpu.expected_per_node
@@ -79,17 +82,19 @@ class HealthSection:
     nodes: str | None = None  # default node set (NODESET wins); set, it replaces Slurm's node list
     stale_after: float = 30.0  # seconds: older exporter samples are UNKNOWN
     window_seconds: int = 600  # counter increase window (Prometheus)
+    # what remediation remembers between passes: drains, latches, clean-pass counts, boot ids
     state_file: str = field(default="/var/lib/opsctl/health-state.json", metadata={"path": True})
+    # one JSON line per decision (drain, resume, hold, refusal) with its evidence
     decision_log: str = field(default="/var/log/opsctl/health-decisions.jsonl", metadata={"path": True})
     shadow: bool = False  # log what remediation would do, change nothing
     max_drains: int = 2  # brake: drains per window ...
     max_fraction: float = 0.10  # ... and share of the partition per window
-    brake_window: float = 3600.0
+    brake_window: float = 3600.0  # seconds the brake (max_drains, max_fraction) counts over
     # fatal-class drains (reset/reboot/replace faults) per brake_window past the brake and the drain
     # guardrail; beyond them a fatal node is latched in service and paged (docs/runbook.md)
     fatal_max_drains: int = 2
     storm_min_nodes: int = 3  # same signature on this many nodes (and storm_fraction) = suspect checker
-    storm_fraction: float = 0.25
+    storm_fraction: float = 0.25  # ... and this share of the judged nodes
     resume_after_clean: int = 3  # K consecutive clean passes before opsctl resumes its own drain
     escalate_window: float = 7 * 86400.0  # drained again for the same GPU within this: held for a person
     probe_hung_passes: int = 3  # a probe timing out this many passes in a row FAILs (probe-hung)
@@ -108,30 +113,29 @@ class HealthSection:
     # Slurm once idle (`scontrol reboot ASAP nextstate=RESUME`, the slurm role's RebootProgram) and
     # resumed by Slurm; the kernel's boot id proves it. Off: a person reboots it (docs/runbook.md)
     auto_reboot: bool = False
-    ssh_user: str = "root"
-    ssh_port: int = 22
-    ssh_key: str | None = field(default=None, metadata={"path": True})
+    ssh_user: str = "root"  # the ssh and dcgm sources log in as this user
+    ssh_port: int = 22  # where a node's address names no port
+    ssh_key: str | None = field(default=None, metadata={"path": True})  # unset: ssh's own default keys
+    # host keys to trust (unset: the user's known_hosts); an unknown or changed key is refused
     ssh_known_hosts: str | None = field(default=None, metadata={"path": True})
-    ssh_parallel: int = 16
+    ssh_parallel: int = 16  # nodes probed at once
     ssh_timeout: float = 60.0  # per node
     # node -> "host" or "host:port" for the ssh and dcgm sources, where a node name does not resolve
     ssh_addresses: dict[str, str] = field(default_factory=dict)
     ib_sysfs_root: str | None = None  # None: /sys/class/infiniband ($OPSCTL_IB_SYSFS_ROOT on a node wins)
-    ib_sample_seconds: float = 2.0
+    ib_sample_seconds: float = 2.0  # seconds between the two IB counter reads of the ssh source
     dcgm_diag_level: int = 0  # 0: health watches only; 1-4: also run `dcgmi diag -r N`
     resume_diag_level: int = 0  # 0: off; 1-4: `dcgmi diag -r N` on an idle drained node before resume
     # The Lustre probe (ssh source, check "lustre"): the client mount point and the server NIDs to
     # lctl ping; unset: no Lustre, the check does not apply. Each step under lustre_timeout; a write
     # slower than lustre_max_write_seconds FAILs (unset: only a failed write does).
     lustre_mount: str | None = None
-    lustre_nids: list[str] = field(default_factory=list)
-    lustre_write_mib: int = 16
-    lustre_timeout: float = 30.0
-    lustre_max_write_seconds: float | None = None
+    lustre_nids: list[str] = field(default_factory=list)  # server NIDs to `lctl ping`
+    lustre_write_mib: int = 16  # size of the probe's test write
+    lustre_timeout: float = 30.0  # seconds per probe step
+    lustre_max_write_seconds: float | None = None  # unset: only a failed write FAILs
 
     def validate(self) -> None:
-        if self.source not in SOURCES:
-            raise ValueError(f"source: must be one of {', '.join(SOURCES)} (got {self.source!r})")
         unknown = sorted(set(self.required_checks) - CHECK_CODES)
         if unknown:
             known = ", ".join(sorted(CHECK_CODES))

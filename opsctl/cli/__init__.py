@@ -19,6 +19,7 @@ from opsctl.errors import EXIT_UNKNOWN, OpsctlError
 # name -> (module, attribute, one-line help). The help is duplicated here on purpose: listing
 # commands in `opsctl --help` must not import every command module.
 COMMANDS: dict[str, tuple[str, str, str]] = {
+    "config": ("opsctl.cli.config", "config", "Check opsctl.toml; write the configuration reference."),
     "nodes": ("opsctl.cli.nodes", "nodes", "List nodes with state, reason, GPUs and jobs."),
     "drain": ("opsctl.cli.nodes", "drain", "Drain nodes, with guardrails and an audit log."),
     "resume": ("opsctl.cli.nodes", "resume", "Resume nodes that opsctl drained."),

@@ -6,6 +6,7 @@ import json
 
 import click
 
+from opsctl.checks.settings import SOURCES
 from opsctl.cli.common import config_path
 from opsctl.errors import UsageError
 
@@ -14,9 +15,9 @@ from opsctl.errors import UsageError
 @click.argument("nodeset", required=False)
 @click.option(
     "--source",
-    type=click.Choice(["prometheus", "ssh", "dcgm", "prometheus+ssh"]),
+    type=click.Choice(SOURCES),
     default=None,
-    help="Where evidence comes from (default: [health] source, else prometheus).",
+    help="Where evidence comes from (default: [health] source).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")
 @click.option(

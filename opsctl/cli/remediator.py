@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from opsctl.cli.common import config_path, emit_json
+from opsctl.config import field_limits
 from opsctl.errors import EXIT_UNKNOWN
 from opsctl.remediation.settings import RemediatorSection  # stdlib-light: the help shows its default
 
@@ -50,7 +51,9 @@ def remediator() -> None:
 
 
 @remediator.command("run")
-@click.option("--interval", type=click.FloatRange(0.1, 3600), default=None,
+@click.option("--interval", type=click.FloatRange(field_limits(RemediatorSection, "interval")["ge"],
+                                                  field_limits(RemediatorSection, "interval")["le"]),
+              default=None,
               help=f"Seconds between passes (default: [remediator] interval, "
                    f"{RemediatorSection.interval:g}).")
 @click.option("--once", is_flag=True, help="One pass, then exit (0 if it ran, 3 if it failed).")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from opsctl.config import SECTIONS, register_section
+from opsctl.config import SECTIONS, limits, register_section
 
 HEALTH_SOURCES = ("none", "prometheus", "ssh", "dcgm")
 
@@ -24,43 +24,44 @@ class LaunchSection:
     quarantine_file: str = field(default="/var/lib/opsctl/quarantine.json", metadata={"path": True})
     partition: str | None = None  # None: [slurm] partition, else Slurm's default partition
     nodes: int = 64  # production layout: 16 inference + 48 trainer
-    inference_nodes: int = 16
-    gpus_per_node: int = 8
-    gpu_type: str = "h200"
+    inference_nodes: int = 16  # of `nodes`, those that serve inference; the rest train
+    gpus_per_node: int = 8  # GPUs each node brings (and the GRES asked for)
+    gpu_type: str = "h200"  # the GRES type: gpu:<gpu_type>:<gpus_per_node>
     tasks_per_node: int = 8  # trainer ranks per node (one per GPU)
     request_gres: bool = True  # ask Slurm for gpu:<type>:<gpus_per_node> per node
-    time_limit: str = "7-00:00:00"
+    time_limit: str = "7-00:00:00"  # the job's Slurm time limit (sbatch --time)
     # SIGUSR1 reaches the batch script this long before the time limit; it asks the trainer to
     # checkpoint and requeues the job, which resumes from that checkpoint.
     signal_before_s: int = 600
-    checkpoint_grace_s: int = 300
+    checkpoint_grace_s: int = 300  # seconds the trainer gets to write that checkpoint before the requeue
     max_attempts: int = 5  # watch --remediate gives up after this many attempts
     # How watch --remediate restarts a run after a node failure: "resubmit" cancels the job and
     # submits the same script as a new job excluding the quarantined nodes; "requeue" uses
     # `scontrol requeue` (one job id). Slurm 22.05 loses a requeued GPU job's GPU allocation when
     # it restarts on other nodes, so resubmit is the default there.
-    requeue_mode: str = "resubmit"
+    requeue_mode: str = field(default="resubmit", metadata=limits(choices=("resubmit", "requeue")))
     # A resubmission when the partition has fewer usable nodes than the run was launched on (no
     # spare left): true resubmits on the nodes left, keeping the inference nodes and giving the
     # trainer fewer (its sharded checkpoint resumes at the smaller world size), while at least
     # min_trainer_nodes remain; false, or below that, the job waits pending for nodes to return.
     # Set the minimum to the fewest nodes whose GPUs hold the model's sharded training state.
     shrink_on_failure: bool = True
-    min_trainer_nodes: int = 1
+    min_trainer_nodes: int = 1  # the fewest trainer nodes a shrunk resubmission may use
     # Python on the compute nodes with opsctl and training importable, and the directory to run in.
     # On a cluster provisioned by site.yml that is the training runtime on the NFS share
     # (roles/training_runtime): python = "/shared/opsctl/runtime/current/bin/python"; the
     # default suits a host where opsctl is installed into python3 (the simulated cluster).
     python: str = "python3"
+    # "": the run's directory where cluster_runs_dir is set, else the directory sbatch was called in
     workdir: str = field(default="", metadata={"path": True})
     # InfiniBand HCAs for NCCL_IB_HCA; empty: discover them (from /sys/class/infiniband) on the
     # first allocated node at job start.
     ib_hcas: list[str] = field(default_factory=list)
-    nccl_socket_ifname: str = ""
-    ib_sysfs: str = "/sys/class/infiniband"
+    nccl_socket_ifname: str = ""  # NCCL_SOCKET_IFNAME for the bootstrap network; "": NCCL picks
+    ib_sysfs: str = "/sys/class/infiniband"  # where that discovery reads the HCAs
     # Health gate before a launch: "none" uses Slurm state and the quarantine only; otherwise the
     # `opsctl health` source whose FAIL/UNKNOWN nodes are excluded.
-    health_source: str = "prometheus"
+    health_source: str = field(default="prometheus", metadata=limits(choices=HEALTH_SOURCES))
     exclude_unknown: bool = True  # a node whose health cannot be judged is not used
     poll_s: float = 5.0  # watch refresh
     # watch --remediate: how long a job that ended FAILED is held while its nodes are re-checked.
@@ -79,10 +80,6 @@ class LaunchSection:
                 raise ValueError(f"{key}: must be >= 1, got {getattr(self, key)}")
         if self.signal_before_s < 0 or self.checkpoint_grace_s < 0:
             raise ValueError("signal_before_s/checkpoint_grace_s: must be >= 0")
-        if self.requeue_mode not in ("resubmit", "requeue"):
-            raise ValueError(f"requeue_mode: must be resubmit or requeue, got {self.requeue_mode!r}")
-        if self.health_source not in HEALTH_SOURCES:
-            raise ValueError(f"health_source: must be one of {', '.join(HEALTH_SOURCES)}")
         if self.failure_grace_s < 0:
             raise ValueError("failure_grace_s: must be >= 0")
         if self.cluster_runs_dir and not self.cluster_runs_dir.startswith("/"):

@@ -9,6 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opsctl.address import check_absolute, check_addresses
+from opsctl.config import limits
+
+# `nvidia-smi topo -m` link kinds, closest first
+PAIRING_LINKS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 
 
 def _production_hcas() -> list[str]:
@@ -17,7 +21,7 @@ def _production_hcas() -> list[str]:
 
 @dataclass
 class PreflightSection:
-    gpu_count: int = 8
+    gpu_count: int = 8  # GPUs each node must show
     gpu_model_substring: str = "H200"  # "" : any model
     gpu_memory_mib_min: int = 140000  # 0: no minimum
     ib_hcas: list[str] = field(default_factory=_production_hcas)  # []: no InfiniBand expected
@@ -33,27 +37,29 @@ class PreflightSection:
 
     # -- --fabric (docs/fabric.md): per-node fabric state, pair bandwidth, NCCL ---------------
     fabric_rate_detail: str = "4X NDR"  # the width and speed sysfs names in `rate` ("": any)
-    fabric_link_layer: str = "InfiniBand"
+    fabric_link_layer: str = "InfiniBand"  # the link layer every fabric port must report
     fabric_pkey: str = "0xffff"  # a P_Key every port must hold ("": not judged)
     fabric_nvswitches: int = 4  # NVSwitch devices of an HGX H200 8-GPU board (0: not judged)
     # GPU-to-HCA pairing from `nvidia-smi topo -m`: the closest link a GPU's HCA may be
-    fabric_pairing_link: str = "PXB"  # PIX or PXB: same PCIe switch tree
+    # PIX or PXB: same PCIe switch tree
+    fabric_pairing_link: str = field(default="PXB", metadata=limits(choices=PAIRING_LINKS))
     fabric_dcgm_level: int = 1  # dcgmi diag -r N on idle nodes (0: not run; 2-3: longer)
     fabric_rail_gbps_min: float = 360.0  # ib_write_bw per HCA, Gb/s
     fabric_gpudirect: bool = True  # --use_cuda=<GPU next to the HCA> --use_cuda_dmabuf
-    fabric_msg_bytes: int = 1048576
-    fabric_iterations: int = 5000
+    fabric_msg_bytes: int = 1048576  # ib_write_bw message size
+    fabric_iterations: int = 5000  # ib_write_bw iterations per rail
     fabric_port_base: int = 18515  # perftest's default port; pair i of a round, rail j: +i*rails+j
     fabric_partners: int = 2  # distinct partners per node in the first rounds
     fabric_retest_partners: int = 2  # known-good partners a suspect of a failing pair meets
     fabric_pair_timeout: float = 120.0  # seconds for one pair's eight rails
     fabric_nccl_busbw_min: float = 431.0  # all_reduce_perf on one node (8x H200), GB/s
     fabric_nccl_multinode_busbw_min: float = 340.0  # all_reduce_perf across the set, GB/s
-    fabric_nccl_min_bytes: str = "1G"
-    fabric_nccl_max_bytes: str = "8G"
+    fabric_nccl_min_bytes: str = "1G"  # all_reduce_perf -b: the smallest message
+    fabric_nccl_max_bytes: str = "8G"  # all_reduce_perf -e: the largest, whose bus bandwidth is judged
     fabric_nccl_multinode: bool = True  # one all_reduce_perf over every node, through srun
+    # extra srun arguments for the multi-node all_reduce_perf (its MPI launch)
     fabric_srun_args: list[str] = field(default_factory=lambda: ["--mpi=pmix"])
-    fabric_nccl_timeout: float = 600.0
+    fabric_nccl_timeout: float = 600.0  # seconds per all_reduce_perf run
 
     def validate(self) -> None:
         for key in ("gpu_count", "gpu_memory_mib_min", "nvme_data_min"):
@@ -81,10 +87,6 @@ class PreflightSection:
         return out
 
     def _validate_fabric(self) -> None:
-        if self.fabric_pairing_link not in ("PIX", "PXB", "PHB", "NODE", "SYS"):
-            raise ValueError(
-                f"fabric_pairing_link: one of PIX, PXB, PHB, NODE, SYS (got {self.fabric_pairing_link!r})"
-            )
         if not 0 <= self.fabric_dcgm_level <= 3:
             raise ValueError(f"fabric_dcgm_level: 0 (off) to 3 (got {self.fabric_dcgm_level})")
         if self.fabric_pkey and not re.fullmatch(r"0x[0-9a-fA-F]{1,4}", self.fabric_pkey):

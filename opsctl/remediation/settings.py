@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from opsctl.address import split_address
+from opsctl.config import limits
 
 DEFAULT_PORT = 9105  # node_exporter is 9100, dcgm-exporter 9400, Alertmanager 9093
 # How long an alert stays active after the last send that carried it, when no pass re-sends it: the
@@ -24,23 +25,22 @@ DEFAULT_RESOLVE_AFTER_S = 300.0
 class RemediatorSection:
     # seconds between the starts of two passes: Prometheus's scrape interval (roles/prometheus
     # prometheus_scrape_interval, 15 s); a pass sooner re-reads the same samples (scrape.py)
-    interval: float = 15.0
+    interval: float = field(default=15.0, metadata=limits(ge=0.1, le=3600))
     # host:port of the service's own /metrics; "" serves none
     metrics_address: str = f"127.0.0.1:{DEFAULT_PORT}"
     # present = paused: passes still run and report, drains and resumes are shadow only
-    pause_file: str = field(default="/var/lib/opsctl/remediator-paused.json", metadata={"path": True})
+    pause_file: str = field(default="/var/lib/opsctl/remediator-paused.json", metadata=limits(path=True))
     # what the last pass saw and did, for `opsctl remediator status`
-    status_file: str = field(default="/var/lib/opsctl/remediator-status.json", metadata={"path": True})
+    status_file: str = field(default="/var/lib/opsctl/remediator-status.json", metadata=limits(path=True))
     alertmanager_url: str = ""  # e.g. http://127.0.0.1:9093; "" sends no alerts
-    alertmanager_timeout: float = 5.0  # seconds per attempt
-    alertmanager_attempts: int = 3  # tries per pass before the send counts as an error
+    alertmanager_timeout: float = field(default=5.0, metadata=limits(gt=0, le=60))  # seconds per attempt
+    # tries per pass before the send counts as an error
+    alertmanager_attempts: int = field(default=3, metadata=limits(ge=1, le=10))
     # seconds an alert stays active after its last send (endsAt = send + this, never under three
     # intervals): it resolves this long after its condition ends or the service stops
-    alert_resolve_after: float = DEFAULT_RESOLVE_AFTER_S
+    alert_resolve_after: float = field(default=DEFAULT_RESOLVE_AFTER_S, metadata=limits(ge=60, le=86400))
 
     def validate(self) -> None:
-        if not 0.1 <= self.interval <= 3600:
-            raise ValueError(f"interval: must be between 0.1 and 3600 seconds (got {self.interval})")
         if self.metrics_address:
             try:
                 _, port = split_address(self.metrics_address)
@@ -51,14 +51,6 @@ class RemediatorSection:
         if self.alertmanager_url and not self.alertmanager_url.startswith(("http://", "https://")):
             raise ValueError(f"alertmanager_url: must start with http:// or https:// "
                              f"(got {self.alertmanager_url!r})")
-        if not 0 < self.alertmanager_timeout <= 60:
-            raise ValueError(f"alertmanager_timeout: must be in (0, 60] seconds "
-                             f"(got {self.alertmanager_timeout})")
-        if not 1 <= self.alertmanager_attempts <= 10:
-            raise ValueError(f"alertmanager_attempts: must be 1-10 (got {self.alertmanager_attempts})")
-        if not 60 <= self.alert_resolve_after <= 86400:
-            raise ValueError(f"alert_resolve_after: must be between 60 and 86400 seconds "
-                             f"(got {self.alert_resolve_after})")
 
     def resolve_window(self, interval: float) -> float:
         """Seconds from an alert's send to its endsAt: the setting, and at least three intervals so

@@ -35,7 +35,7 @@ def test_defaults_and_relative_paths(tmp_path):
         ('metrics_address = "127.0.0.1"', "remediator.metrics_address: needs host:port"),
         ('metrics_address = "127.0.0.1:99999"', "remediator.metrics_address: bad port"),
         ('alertmanager_url = "am:9093"', "remediator.alertmanager_url: must start with http://"),
-        ("alertmanager_attempts = 0", "remediator.alertmanager_attempts: must be 1-10"),
+        ("alertmanager_attempts = 0", "remediator.alertmanager_attempts: must be between 1 and 10"),
         ("alertmanager_timeout = -1", "remediator.alertmanager_timeout: must be in (0, 60]"),
         ("intervall = 5", "unknown key remediator.intervall"),
         ('interval = "fast"', "remediator.interval: expected a number"),
