@@ -1,6 +1,7 @@
 """Every pointer into the docs resolves: a `docs/<page>.md` named anywhere in the repository's code,
-roles, tests and docs exists; a section it names (`docs/launch.md, "Resume rules"`) begins a line
-of that page (a heading, or a paragraph that starts with it, bold or not); and every relative
+roles, tests and docs exists, and so does an anchor it names (`docs/runbook.md#fatal-xid`, as the
+alert rules' runbook links do); a section it names (`docs/launch.md, "Resume rules"`) begins a
+line of that page (a heading, or a paragraph that starts with it, bold or not); and every relative
 Markdown link in README.md and docs/ reaches its file and anchor. So a page renamed, merged or cut
 leaves no reader (or comment) pointing at nothing."""
 
@@ -16,6 +17,7 @@ REPO = Path(__file__).resolve().parents[3]
 _TEXT_SUFFIXES = {".py", ".md", ".yml", ".yaml", ".j2", ".toml", ".sh", ".cfg", ".txt", ".json"}
 _PAGE = re.compile(r"\bdocs/(?P<page>[a-z0-9_/-]+\.md)")
 _SECTION = re.compile(r"\bdocs/(?P<page>[a-z0-9_/-]+\.md)(?:, | \(|: )[\"“](?P<title>[^\"”\n]{3,100})[\"”]")
+_ANCHORED = re.compile(r"\bdocs/(?P<page>[a-z0-9_/-]+\.md)#(?P<anchor>[a-z0-9-]+)")
 _LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
 _HEADING = re.compile(r"^#{1,6}\s+(?P<title>.+?)\s*#*\s*$")
 
@@ -62,6 +64,10 @@ def test_every_named_docs_page_and_section_exists() -> None:
         for m in _PAGE.finditer(text):
             if not (REPO / "docs" / m.group("page")).is_file():
                 missing.append(f"{where}: docs/{m.group('page')} does not exist")
+        for m in _ANCHORED.finditer(text):  # alert rules' runbook_url, dashboards' links
+            page = REPO / "docs" / m.group("page")
+            if page.is_file() and m.group("anchor") not in {_anchor(h) for h in _headings(page)}:
+                missing.append(f"{where}: docs/{m.group('page')}#{m.group('anchor')}: no such heading")
         for m in _SECTION.finditer(text):
             page = REPO / "docs" / m.group("page")
             if not page.is_file():
