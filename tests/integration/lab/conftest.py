@@ -14,7 +14,7 @@ import shutil
 from collections.abc import Iterator
 
 import pytest
-from lab_helpers import GPU_NODES, Converged, RunningLab
+from lab_helpers import GPU_NODES, Converged, RunningLab, run_guide_step
 
 from opsctl.lab.config import from_env
 
@@ -61,10 +61,15 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningLab]:
 
 @pytest.fixture(scope="session")
 def converged(lab: RunningLab) -> Converged:
-    """site.yml twice: the first converges the lab, the second must change nothing."""
+    """docs/getting-started.md's validate and converge steps on the fresh lab (site.yml, then a
+    check-mode run), then site.yml again: the second real run must change nothing."""
     from opsctl.lab.converge import run_playbook
     from opsctl.lab.lab import REPO_ROOT
 
-    first = run_playbook(REPO_ROOT, lab.inventory)
+    (validate,) = run_guide_step(lab, "validate")
+    assert validate.returncode == 0, validate.report()
+    steps = run_guide_step(lab, "converge")
+    first = steps[0]
+    check = steps[1] if len(steps) > 1 else first
     second = run_playbook(REPO_ROOT, lab.inventory) if not first.failed_hosts else first
-    return Converged(first, second)
+    return Converged(first, check, second)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -62,8 +63,69 @@ class RunningLab:
 
 @dataclass
 class Converged:
+    """site.yml on the fresh lab, as docs/getting-started.md's converge step runs it (a run, then a
+    check-mode run), and a second real run (idempotence)."""
+
     first: ConvergeResult
+    check: ConvergeResult
     second: ConvergeResult
+
+
+GUIDE = Path(__file__).resolve().parents[3] / "docs" / "getting-started.md"
+_STEP = re.compile(r"^<!-- step: (?P<name>[a-z-]+) -->\s*$")
+
+
+def guide_steps(path: Path = GUIDE) -> dict[str, list[str]]:
+    """step name -> the command lines of the fenced block right after its `<!-- step: NAME -->`
+    marker in the getting-started guide (backslash continuations joined)."""
+    steps: dict[str, list[str]] = {}
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        m = _STEP.match(line)
+        if not m:
+            continue
+        assert lines[i + 1].startswith("```"), f"{path}:{i + 1}: a step marker must precede a fence"
+        body: list[str] = []
+        for code in lines[i + 2 :]:
+            if code.startswith("```"):
+                break
+            body.append(code)
+        text = "\n".join(body).replace("\\\n", " ")
+        steps[m.group("name")] = [c.strip() for c in text.splitlines() if c.strip()]
+    return steps
+
+
+def run_guide_step(
+    lab: RunningLab, name: str, *, env: dict[str, str] | None = None, timeout: float = 1800
+) -> list[ConvergeResult]:
+    """Run one step of the guide on the lab, its lines in order, as an operator would from the
+    repository root: the lab's inventory in ANSIBLE_INVENTORY (the guide's step 2 on the lab), the
+    lab's opsctl.toml in OPSCTL_CONFIG once `lab connect` wrote it, the venv's opsctl and
+    ansible-playbook first on PATH; ENV overrides. Stops at the first line that fails; returns each
+    line's result (a PLAY RECAP when it has one)."""
+    from opsctl.lab.lab import REPO_ROOT
+
+    run_env = dict(os.environ)
+    run_env.update(lab.env)
+    toml = lab.cfg.state_dir / "opsctl.toml"
+    if toml.is_file():
+        run_env["OPSCTL_CONFIG"] = str(toml)
+    run_env.update({
+        "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
+        "ANSIBLE_INVENTORY": str(lab.inventory),
+        "ANSIBLE_NOCOLOR": "1",
+        "PATH": f"{Path(sys.executable).parent}:{run_env.get('PATH', '')}",
+    })
+    run_env.update(env or {})
+    results: list[ConvergeResult] = []
+    for line in guide_steps()[name]:
+        proc = subprocess.run(["bash", "-c", line], cwd=REPO_ROOT, env=run_env, capture_output=True,
+                              text=True, timeout=timeout, check=False)
+        output = f"$ {line}\n{proc.stdout}{proc.stderr}"
+        results.append(ConvergeResult(proc.returncode, parse_recap(output), output))
+        if proc.returncode != 0:
+            break
+    return results
 
 
 def lab_status(lab: RunningLab) -> dict[str, object]:

@@ -102,8 +102,13 @@ def test_site_converges_with_slurmdbd_and_says_what_the_lab_cannot_build(
     assert dropin.strip() == "RequiresMountsFor=/scratch"
 
 
-def test_a_check_mode_run_reports_no_change_and_no_failure(lab: RunningLab, converged: Converged) -> None:
-    result = playbook(lab, "site.yml", "--check")
+def test_the_guides_check_mode_run_reports_no_change_and_no_failure(
+    lab: RunningLab, converged: Converged
+) -> None:
+    # docs/getting-started.md, step 6: `site.yml --check` right after the first converge
+    result = converged.check
+    assert "--check" in result.output.splitlines()[0], result.output[:200]
+    assert result.returncode == 0 and result.recap, explain(lab, result)
     assert not result.failed_hosts and not result.changed_hosts, explain(lab, result)
 
 
