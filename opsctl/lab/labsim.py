@@ -43,6 +43,11 @@ BOOT_RUN_DIR = "/run/opsctl-labsim"  # a tmpfs: gone at the next boot
 SLURMD_BOOT_ENV = f"{BOOT_RUN_DIR}/slurmd.env"
 KERNEL_BTIME = f"{BOOT_RUN_DIR}/kernel-btime"  # hwsim.tools.KERNEL_BTIME_FILE
 SLURMD_DROPIN = "slurmd.service.d/opsctl-labsim-boot.conf"
+# Written by slurmd's first successful start on the machine (persistent, not /run): only a boot
+# after that one is a reboot to report. On a fresh machine slurmd -b would report a boot "now" at
+# its first registration, and slurmctld, started moments before, would set the node DOWN
+# "unexpectedly rebooted" whenever that boot time falls after its own first contact.
+SLURMD_HAS_RUN = "/var/lib/opsctl-labsim/slurmd-has-run"
 COLLECTORS = "/etc/dcgm-exporter/default-counters.csv"  # the dcgm role's dcgm_exporter_collectors
 SYSFS_SUBDIR = "sys/class/infiniband"  # rendered IB sysfs tree, under the state mount
 
@@ -102,8 +107,9 @@ def render_boot_script() -> str:
         f"[ -e {KERNEL_BTIME} ] || awk '/^btime /{{print $2}}' /proc/stat > {KERNEL_BTIME}\n"
         f'sed "s/^btime .*/btime $(date +%s)/" /proc/stat > {BOOT_RUN_DIR}/stat\n'
         f"mountpoint -q /proc/stat || mount --bind {BOOT_RUN_DIR}/stat /proc/stat\n"
-        # slurmd -b: "report node rebooted when daemon restarted", Slurm's own testing option
-        f"echo SLURMD_OPTIONS=-b > {SLURMD_BOOT_ENV}\n"
+        # slurmd -b: "report node rebooted when daemon restarted", Slurm's own testing option; only
+        # where slurmd ran in an earlier boot (a first start is no reboot)
+        f"[ ! -e {SLURMD_HAS_RUN} ] || echo SLURMD_OPTIONS=-b > {SLURMD_BOOT_ENV}\n"
     )
 
 
@@ -125,7 +131,7 @@ def render_boot_unit() -> str:
 
 def render_slurmd_dropin() -> str:
     """The boot's first slurmd start that succeeds takes -b (and consumes it); a restart later in
-    the same boot is no boot."""
+    the same boot is no boot. That start also records that slurmd has run on this machine."""
     return (
         "# opsctl lab (SIMULATED, lab only): see opsctl-labsim-boot.service\n"
         "[Unit]\n"
@@ -133,7 +139,8 @@ def render_slurmd_dropin() -> str:
         "\n"
         "[Service]\n"
         f"EnvironmentFile=-{SLURMD_BOOT_ENV}\n"
-        f"ExecStartPost=/bin/rm -f {SLURMD_BOOT_ENV}\n"
+        f"ExecStartPost=/bin/sh -c 'rm -f {SLURMD_BOOT_ENV}; mkdir -p {SLURMD_HAS_RUN.rsplit('/', 1)[0]};"
+        f" touch {SLURMD_HAS_RUN}'\n"
     )
 
 

@@ -77,11 +77,14 @@ def test_each_boot_of_a_gpu_machine_is_a_boot_of_its_hardware_before_anything_re
     assert labsim.KERNEL_BTIME == KERNEL_BTIME_FILE
     save = f"[ -e {KERNEL_BTIME_FILE} ] || awk '/^btime /{{print $2}}' /proc/stat > {KERNEL_BTIME_FILE}"
     assert script.index(save) < script.index(cover)
-    assert script[-1] == f"echo SLURMD_OPTIONS=-b > {labsim.SLURMD_BOOT_ENV}"
+    # -b only on a boot after one in which slurmd ran (a first start is no reboot)
+    ran, env = labsim.SLURMD_HAS_RUN, labsim.SLURMD_BOOT_ENV
+    assert script[-1] == f"[ ! -e {ran} ] || echo SLURMD_OPTIONS=-b > {env}"
     dropin = _unit((units / labsim.SLURMD_DROPIN).read_text())
     assert dropin["Unit"]["After"] == labsim.BOOT_UNIT
     assert dropin["Service"]["EnvironmentFile"] == f"-{labsim.SLURMD_BOOT_ENV}"
-    assert dropin["Service"]["ExecStartPost"] == f"/bin/rm -f {labsim.SLURMD_BOOT_ENV}"
+    post = dropin["Service"]["ExecStartPost"]
+    assert post.startswith(f"/bin/sh -c 'rm -f {env};") and f"touch {ran}'" in post
     # a second install (lab up again) leaves the same files and links
     labsim.install(cfg, cfg.machine("gpu-001"), upper)
     assert wants.is_symlink()
