@@ -174,8 +174,8 @@ class Trainer:
             rec = self.train_step(batch)
             t2 = time.perf_counter()
             publish_s = self.publish_weights()
-            if self.step % tc.checkpoint_every == 0 and self.step < tc.steps:
-                self.save_checkpoint()
+            # The step's metrics line before its checkpoint: once the checkpoint commits, a resume
+            # starts after this step and would never write the line a kill here had lost.
             if metrics is not None:
                 metrics.log(
                     {
@@ -187,6 +187,8 @@ class Trainer:
                         "weight_publish_time": publish_s,
                     }
                 )
+            if self.step % tc.checkpoint_every == 0 and self.step < tc.steps:
+                self.save_checkpoint()
             log.info("step %d loss %.4f grad_norm %.3f", self.step - 1, rec["loss"], rec["grad_norm"])
 
 
