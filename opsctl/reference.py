@@ -13,6 +13,7 @@ import inspect
 import io
 import re
 import tokenize
+import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -60,7 +61,7 @@ def field_comments(cls: type[Any]) -> dict[str, str]:
 def type_name(hint: Any) -> str:
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
-    if origin in (typing.Union, __import__("types").UnionType):
+    if origin in (typing.Union, types.UnionType):
         named = [type_name(a) for a in args if a is not type(None)]
         return " or ".join(named) + (", optional" if type(None) in args else "")
     if origin is list:
