@@ -11,6 +11,13 @@ from typing import Any
 from opsctl.sim.cluster import SimCluster
 
 TAIL_LINES = 25
+# A Slurm daemon logs to its own file (the slurm role's slurm_log_dir), not to the journal: the
+# journal only says that it exited, the file says why.
+SLURM_LOGS = {
+    "slurmd.service": "/var/log/slurm/slurmd.log",
+    "slurmctld.service": "/var/log/slurm/slurmctld.log",
+    "slurmdbd.service": "/var/log/slurm/slurmdbd.log",
+}
 
 
 def _tail(path: Path, lines: int = TAIL_LINES) -> list[str]:
@@ -54,6 +61,10 @@ def lab_report(lab: Any) -> str:
             )
             out.append(f"--- {machine.name} {unit}")
             out.extend(journal.stdout.splitlines()[-TAIL_LINES:])
+            if unit in SLURM_LOGS:
+                log = lab.ssh(machine.name, "tail", "-n", str(TAIL_LINES), SLURM_LOGS[unit], timeout=30)
+                out.append(f"--- {machine.name} {SLURM_LOGS[unit]}")
+                out.extend((log.stdout or log.stderr).splitlines())
     return "\n".join(out)
 
 

@@ -110,17 +110,26 @@ def run_guide_step(
     toml = lab.cfg.state_dir / "opsctl.toml"
     if toml.is_file():
         run_env["OPSCTL_CONFIG"] = str(toml)
-    run_env.update({
-        "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
-        "ANSIBLE_INVENTORY": str(lab.inventory),
-        "ANSIBLE_NOCOLOR": "1",
-        "PATH": f"{Path(sys.executable).parent}:{run_env.get('PATH', '')}",
-    })
+    run_env.update(
+        {
+            "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
+            "ANSIBLE_INVENTORY": str(lab.inventory),
+            "ANSIBLE_NOCOLOR": "1",
+            "PATH": f"{Path(sys.executable).parent}:{run_env.get('PATH', '')}",
+        }
+    )
     run_env.update(env or {})
     results: list[ConvergeResult] = []
     for line in guide_steps()[name]:
-        proc = subprocess.run(["bash", "-c", line], cwd=REPO_ROOT, env=run_env, capture_output=True,
-                              text=True, timeout=timeout, check=False)
+        proc = subprocess.run(
+            ["bash", "-c", line],
+            cwd=REPO_ROOT,
+            env=run_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
         output = f"$ {line}\n{proc.stdout}{proc.stderr}"
         results.append(ConvergeResult(proc.returncode, parse_recap(output), output))
         if proc.returncode != 0:
@@ -171,11 +180,15 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 120) -> 
 
 def explain(lab: RunningLab, result: ConvergeResult) -> str:
     """A failed converge assertion's message: the tasks that changed or failed, then each such
-    host's recent Slurm and munge journal (a daemon that died between runs shows up as a change)."""
+    host's recent Slurm and munge journal (a daemon that died between runs shows up as a change), and
+    each failed host's Slurm log files."""
     parts = [result.report()]
     for host in sorted(set(result.changed_hosts) | set(result.failed_hosts)):
         proc = lab.ssh(
             host, "journalctl", "--no-pager", "-n", "40", "-u", "slurmd", "-u", "slurmctld", "-u", "munge"
         )
         parts.append(f"--- {host}: journal of slurmd/slurmctld/munge ---\n{proc.stdout}{proc.stderr}")
+    for host in sorted(set(result.failed_hosts)):  # the daemons log why they exited to their files
+        proc = lab.ssh(host, "sh", "-c", "tail -n 30 /var/log/slurm/*.log")
+        parts.append(f"--- {host}: /var/log/slurm ---\n{proc.stdout}{proc.stderr}")
     return "\n".join(parts)
