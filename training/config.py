@@ -180,6 +180,9 @@ class MetricsConfig:
     # Prometheus /metrics port per component; 0 picks a free port (written to peers/).
     port: int = 0
     enabled: bool = True  # serve /metrics (trainer rank 0, orchestrator); metrics.jsonl is written either way
+    # Address /metrics binds: a multi-node run binds one the monitoring host reaches (0.0.0.0 or the
+    # node's own); the announced URL uses the machine's hostname for 0.0.0.0 or empty.
+    host: str = "127.0.0.1"
 
 
 @dataclass
@@ -195,7 +198,9 @@ class JobConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
 
-_CHOICES = {
+# Accepted values of the string keys that take one of a few (validate() enforces them; the
+# generated reference lists them).
+CHOICES = {
     "inference.backend": {"builtin", "vllm"},
     "model.arch": {"qwen3", "glm4_moe", "llama"},
     "model.dtype": {"float32", "bfloat16", "float16"},
@@ -284,7 +289,7 @@ def apply_override(data: dict[str, Any], override: str) -> None:
 
 def validate(cfg: JobConfig) -> None:
     """Cross-field and range checks; each error names its key."""
-    for key, allowed in _CHOICES.items():
+    for key, allowed in CHOICES.items():
         section, name = key.split(".")
         value = getattr(getattr(cfg, section), name)
         if value not in allowed:

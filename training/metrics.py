@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -67,8 +68,9 @@ class Metrics:
         if port is not None:
             self._server, _thread = start_http_server(port, addr=host, registry=self.registry)
             self.port = int(self._server.server_port)
+            shown = host if host not in ("0.0.0.0", "") else socket.gethostname()
             run.announce(
-                f"metrics-{component}", {"url": f"http://{host}:{self.port}/metrics", "pid": os.getpid()}
+                f"metrics-{component}", {"url": f"http://{shown}:{self.port}/metrics", "pid": os.getpid()}
             )
 
     def gauge(self, name: str, value: float, doc: str = "") -> None:

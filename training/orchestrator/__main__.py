@@ -450,7 +450,9 @@ def main(argv: list[str] | None = None) -> None:
     clients = inference_clients(run, cfg, args.inference_servers)
     for c in clients:
         c.wait_ready()
-    metrics = Metrics(run, "orchestrator", port=cfg.metrics.port if cfg.metrics.enabled else None)
+    metrics = Metrics(
+        run, "orchestrator", port=cfg.metrics.port if cfg.metrics.enabled else None, host=cfg.metrics.host
+    )
     orch = Orchestrator(run, cfg, clients, env, tokenizer, metrics)
     if args.resume_step:
         if args.resume_step not in step_dirs(run.ckpt("orchestrator"), COMMITTED):

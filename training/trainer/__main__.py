@@ -234,7 +234,9 @@ def main(argv: list[str] | None = None) -> None:
         log.info("resumed at step %d", trainer.step)
     metrics = None
     if rank == 0:
-        metrics = Metrics(run, "trainer", port=cfg.metrics.port if cfg.metrics.enabled else None)
+        metrics = Metrics(
+            run, "trainer", port=cfg.metrics.port if cfg.metrics.enabled else None, host=cfg.metrics.host
+        )
     trainer.run_loop(metrics)
     log.info("done at step %d", trainer.step)
     finish(world, metrics)

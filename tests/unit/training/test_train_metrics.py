@@ -56,3 +56,23 @@ def test_padding_fraction_is_a_trainer_gauge_with_help(tmp_path: Path) -> None:
         assert read_metrics(run.metrics)[0]["padding_fraction"] == 0.25
     finally:
         m.close()
+
+
+def test_metrics_bound_to_every_address_announce_the_hostname_and_answer_on_it(tmp_path: Path) -> None:
+    """A multi-node run's monitoring host scrapes the announced URL: with [metrics] host = 0.0.0.0
+    it names this machine, not an address only this machine reaches."""
+    import socket
+
+    from training.config import JobConfig
+
+    assert JobConfig().metrics.host == "127.0.0.1"  # nothing is exposed unless asked
+    run = RunDir(tmp_path)
+    m = Metrics(run, "trainer", port=0, host="0.0.0.0")
+    try:
+        m.log({"step": 7})
+        url = json.loads((run.peers / "metrics-trainer.json").read_text())["url"]
+        assert url == f"http://{socket.gethostname()}:{m.port}/metrics"
+        body = urllib.request.urlopen(f"http://127.0.0.1:{m.port}/metrics", timeout=10).read().decode()
+        assert 'opsctl_train_step{component="trainer"} 7.0' in body
+    finally:
+        m.close()
