@@ -152,7 +152,8 @@ def register_section(name: str, cls: type[Any]) -> None:
     SECTIONS[name] = cls
 
 
-def _section_class(name: str) -> type[Any]:
+def section_class(name: str) -> type[Any]:
+    """The dataclass of section `name`, importing it on first use."""
     entry = SECTIONS[name]
     if isinstance(entry, str):
         module_name, _, attr = entry.partition(":")
@@ -173,7 +174,7 @@ class Config:
         if name not in self.sections:
             if name not in SECTIONS:
                 raise KeyError(f"unknown config section {name!r}")
-            self.sections[name] = _section_class(name)()
+            self.sections[name] = section_class(name)()
         value = self.sections[name]
         if cls is not None and not isinstance(value, cls):
             raise TypeError(f"section {name!r} is {type(value).__name__}, not {cls.__name__}")
@@ -240,7 +241,7 @@ def parse_config(text: str, path: Path | None = None) -> Config:
             raise ConfigError(f"{where}: unknown section [{name}] (known: {known})")
         if not isinstance(table, dict):
             raise ConfigError(f"{where}: [{name}] must be a table")
-        config.sections[name] = _build_section(where, name, _section_class(name), table, base_dir)
+        config.sections[name] = _build_section(where, name, section_class(name), table, base_dir)
     return config
 
 
