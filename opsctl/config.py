@@ -96,6 +96,15 @@ def check_limits(value: Any, meta: typing.Mapping[str, Any]) -> str | None:
     return None if ok else f"must be {describe_limits(meta)} (got {_num(value)})"
 
 
+def check_fields(section: Any) -> None:
+    """Raise ValueError("key: must be ...") for the first field of a section instance outside its
+    declared limits: validate() of a section built in code (not loaded) checks what the loader would."""
+    for f in dataclasses.fields(section):
+        problem = check_limits(getattr(section, f.name), f.metadata)
+        if problem:
+            raise ValueError(f"{f.name}: {problem}")
+
+
 @dataclass
 class SlurmSection:
     # auto: pyslurm when it imports, else the Slurm CLI

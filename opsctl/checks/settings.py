@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from opsctl.address import check_absolute, check_addresses
 from opsctl.checks.catalogue import CATALOGUE
 from opsctl.checks.thresholds import Thresholds, load_thresholds
-from opsctl.config import limits
+from opsctl.config import check_fields, limits
 from opsctl.errors import ConfigError
 from opsctl.parsers.lustre_probe import probe_command
 
@@ -73,59 +73,70 @@ class HealthSection:
     source: str = field(default="prometheus", metadata=limits(choices=SOURCES))
     # checks remediation needs evidence for on every node: without it, it refuses to act
     required_checks: list[str] = field(default_factory=lambda: list(REQUIRED_CHECKS))
-    thresholds: str | None = field(default=None, metadata={"path": True})  # site overrides (TOML)
-    expected_gpus: int | None = None  # shortcut for thresholds gpu.expected_per_node
+    thresholds: str | None = field(default=None, metadata=limits(path=True))  # site overrides (TOML)
+    # shortcut for thresholds gpu.expected_per_node
+    expected_gpus: int | None = field(default=None, metadata=limits(ge=0))
     # shortcut for thresholds ib.devices: the compute fabric's HCAs (the opsctl_remediation role
     # renders the inventory's ib_fabric_hcas); other RDMA devices, Ethernet ports of the same
     # cards included, are not judged. None: the thresholds' list
     ib_devices: list[str] | None = None
     nodes: str | None = None  # default node set (NODESET wins); set, it replaces Slurm's node list
-    stale_after: float = 30.0  # seconds: older exporter samples are UNKNOWN
-    window_seconds: int = 600  # counter increase window (Prometheus)
+    # seconds: older exporter samples are UNKNOWN
+    stale_after: float = field(default=30.0, metadata=limits(gt=0))
+    window_seconds: int = field(default=600, metadata=limits(gt=0))  # counter increase window (Prometheus)
     # what remediation remembers between passes: drains, latches, clean-pass counts, boot ids
-    state_file: str = field(default="/var/lib/opsctl/health-state.json", metadata={"path": True})
+    state_file: str = field(default="/var/lib/opsctl/health-state.json", metadata=limits(path=True))
     # one JSON line per decision (drain, resume, hold, refusal) with its evidence
-    decision_log: str = field(default="/var/log/opsctl/health-decisions.jsonl", metadata={"path": True})
+    decision_log: str = field(default="/var/log/opsctl/health-decisions.jsonl", metadata=limits(path=True))
     shadow: bool = False  # log what remediation would do, change nothing
-    max_drains: int = 2  # brake: drains per window ...
-    max_fraction: float = 0.10  # ... and share of the partition per window
-    brake_window: float = 3600.0  # seconds the brake (max_drains, max_fraction) counts over
+    max_drains: int = field(default=2, metadata=limits(ge=0))  # brake: drains per brake_window
+    # brake: share of the partition drained per brake_window
+    max_fraction: float = field(default=0.10, metadata=limits(ge=0, le=1))
+    # seconds the brake (max_drains, max_fraction) counts over
+    brake_window: float = field(default=3600.0, metadata=limits(gt=0))
     # fatal-class drains (reset/reboot/replace faults) per brake_window past the brake and the drain
     # guardrail; beyond them a fatal node is latched in service and paged (docs/runbook.md)
-    fatal_max_drains: int = 2
-    storm_min_nodes: int = 3  # same signature on this many nodes (and storm_fraction) = suspect checker
-    storm_fraction: float = 0.25  # ... and this share of the judged nodes
-    resume_after_clean: int = 3  # K consecutive clean passes before opsctl resumes its own drain
-    escalate_window: float = 7 * 86400.0  # drained again for the same GPU within this: held for a person
-    probe_hung_passes: int = 3  # a probe timing out this many passes in a row FAILs (probe-hung)
+    fatal_max_drains: int = field(default=2, metadata=limits(ge=0))
+    # same signature on this many nodes (and storm_fraction) = suspect checker
+    storm_min_nodes: int = field(default=3, metadata=limits(ge=2))
+    # ... and at least this share of the judged nodes
+    storm_fraction: float = field(default=0.25, metadata=limits(gt=0, le=1))
+    # K consecutive clean passes before opsctl resumes its own drain
+    resume_after_clean: int = field(default=3, metadata=limits(ge=1))
+    # drained again for the same GPU within this: held for a person
+    escalate_window: float = field(default=7 * 86400.0, metadata=limits(ge=0))
+    # a probe timing out this many passes in a row FAILs (probe-hung)
+    probe_hung_passes: int = field(default=3, metadata=limits(ge=1))
     # seconds a node may lack evidence for a required check that other nodes have before it FAILs
     # evidence-lost (drained, latching reboot): 40 scrapes at 15 s, past an exporter's restart and
     # its crash-loop backoff, so only evidence that is not coming back drains (docs/runbook.md)
-    unknown_fail_after: float = 600.0
+    unknown_fail_after: float = field(default=600.0, metadata=limits(gt=0))
     # seconds a node may stay UNKNOWN before an alert (a ticket; every node at once: the source,
     # a page): past a Prometheus or exporter restart, the resolve window of the service's alerts
-    unknown_alert_after: float = 300.0
+    unknown_alert_after: float = field(default=300.0, metadata=limits(gt=0))
     # seconds a FAIL whose fix is no GPU reset, reboot or replacement (a port, a mount, slurmd) must
     # persist before it drains: the next pass (15 s apart) confirms it on a scrape of every node, so a
     # fleet-wide false FAIL is seen as the storm it is before its first nodes are drained
-    confirm_after: float = 10.0
+    confirm_after: float = field(default=10.0, metadata=limits(ge=0, le=3600))
     # a node drained for a reboot-class fault (an XID 79, a hung nvidia-smi) is rebooted through
     # Slurm once idle (`scontrol reboot ASAP nextstate=RESUME`, the slurm role's RebootProgram) and
     # resumed by Slurm; the kernel's boot id proves it. Off: a person reboots it (docs/runbook.md)
     auto_reboot: bool = False
     ssh_user: str = "root"  # the ssh and dcgm sources log in as this user
     ssh_port: int = 22  # where a node's address names no port
-    ssh_key: str | None = field(default=None, metadata={"path": True})  # unset: ssh's own default keys
+    ssh_key: str | None = field(default=None, metadata=limits(path=True))  # unset: ssh's own default keys
     # host keys to trust (unset: the user's known_hosts); an unknown or changed key is refused
-    ssh_known_hosts: str | None = field(default=None, metadata={"path": True})
-    ssh_parallel: int = 16  # nodes probed at once
-    ssh_timeout: float = 60.0  # per node
+    ssh_known_hosts: str | None = field(default=None, metadata=limits(path=True))
+    ssh_parallel: int = field(default=16, metadata=limits(ge=1))  # nodes probed at once
+    ssh_timeout: float = field(default=60.0, metadata=limits(gt=0))  # per node
     # node -> "host" or "host:port" for the ssh and dcgm sources, where a node name does not resolve
     ssh_addresses: dict[str, str] = field(default_factory=dict)
     ib_sysfs_root: str | None = None  # None: /sys/class/infiniband ($OPSCTL_IB_SYSFS_ROOT on a node wins)
     ib_sample_seconds: float = 2.0  # seconds between the two IB counter reads of the ssh source
-    dcgm_diag_level: int = 0  # 0: health watches only; 1-4: also run `dcgmi diag -r N`
-    resume_diag_level: int = 0  # 0: off; 1-4: `dcgmi diag -r N` on an idle drained node before resume
+    # 0: health watches only; 1-4: also run `dcgmi diag -r N`
+    dcgm_diag_level: int = field(default=0, metadata=limits(ge=0, le=4))
+    # 0: off; 1-4: `dcgmi diag -r N` on an idle drained node before resume
+    resume_diag_level: int = field(default=0, metadata=limits(ge=0, le=4))
     # The Lustre probe (ssh source, check "lustre"): the client mount point and the server NIDs to
     # lctl ping; unset: no Lustre, the check does not apply. Each step under lustre_timeout; a write
     # slower than lustre_max_write_seconds FAILs (unset: only a failed write does).
@@ -136,23 +147,14 @@ class HealthSection:
     lustre_max_write_seconds: float | None = None  # unset: only a failed write FAILs
 
     def validate(self) -> None:
+        check_fields(self)
         unknown = sorted(set(self.required_checks) - CHECK_CODES)
         if unknown:
             known = ", ".join(sorted(CHECK_CODES))
             raise ValueError(f"required_checks: unknown check {', '.join(unknown)} (known: {known})")
-        if self.stale_after <= 0 or self.window_seconds <= 0:
-            raise ValueError("stale_after and window_seconds: must be > 0")
-        if self.ssh_parallel < 1 or self.ssh_timeout <= 0:
-            raise ValueError("ssh_parallel: must be >= 1; ssh_timeout: must be > 0")
         check_absolute("ib_sysfs_root", self.ib_sysfs_root)
         check_addresses("ssh_addresses", self.ssh_addresses)
-        if self.dcgm_diag_level not in (0, 1, 2, 3, 4):
-            raise ValueError("dcgm_diag_level: must be 0 (off) or 1-4")
-        if self.resume_diag_level not in (0, 1, 2, 3, 4):
-            raise ValueError("resume_diag_level: must be 0 (off) or 1-4")
         self._validate_lustre()
-        if self.expected_gpus is not None and self.expected_gpus < 0:
-            raise ValueError("expected_gpus: must be >= 0")
         self._validate_ib_devices()
         try:
             self.policy().validate()

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opsctl.address import check_absolute, check_addresses
-from opsctl.config import limits
+from opsctl.config import check_fields, limits
 
 # `nvidia-smi topo -m` link kinds, closest first
 PAIRING_LINKS = ("PIX", "PXB", "PHB", "NODE", "SYS")
@@ -21,12 +21,12 @@ def _production_hcas() -> list[str]:
 
 @dataclass
 class PreflightSection:
-    gpu_count: int = 8  # GPUs each node must show
+    gpu_count: int = field(default=8, metadata=limits(ge=0))  # GPUs each node must show
     gpu_model_substring: str = "H200"  # "" : any model
-    gpu_memory_mib_min: int = 140000  # 0: no minimum
+    gpu_memory_mib_min: int = field(default=140000, metadata=limits(ge=0))  # 0: no minimum
     ib_hcas: list[str] = field(default_factory=_production_hcas)  # []: no InfiniBand expected
-    ib_rate_gbps: float = 400.0  # 0: no minimum
-    nvme_data_min: int = 1  # data (non-system) NVMe drives
+    ib_rate_gbps: float = field(default=400.0, metadata=limits(ge=0))  # 0: no minimum
+    nvme_data_min: int = field(default=1, metadata=limits(ge=0))  # data (non-system) NVMe drives
     slurm_gres: bool = True  # compare each node's GRES in Slurm with what was found
     nodes: str | None = None  # default node set (else [health] nodes, else every Slurm node)
     # node -> "host" or "host:port", over [health] ssh_addresses (where a node name does not resolve)
@@ -39,34 +39,39 @@ class PreflightSection:
     fabric_rate_detail: str = "4X NDR"  # the width and speed sysfs names in `rate` ("": any)
     fabric_link_layer: str = "InfiniBand"  # the link layer every fabric port must report
     fabric_pkey: str = "0xffff"  # a P_Key every port must hold ("": not judged)
-    fabric_nvswitches: int = 4  # NVSwitch devices of an HGX H200 8-GPU board (0: not judged)
+    # NVSwitch devices of an HGX H200 8-GPU board (0: not judged)
+    fabric_nvswitches: int = field(default=4, metadata=limits(ge=0))
     # GPU-to-HCA pairing from `nvidia-smi topo -m`: the closest link a GPU's HCA may be
     # PIX or PXB: same PCIe switch tree
     fabric_pairing_link: str = field(default="PXB", metadata=limits(choices=PAIRING_LINKS))
-    fabric_dcgm_level: int = 1  # dcgmi diag -r N on idle nodes (0: not run; 2-3: longer)
-    fabric_rail_gbps_min: float = 360.0  # ib_write_bw per HCA, Gb/s
+    # dcgmi diag -r N on idle nodes (0: not run; 2-3: longer)
+    fabric_dcgm_level: int = field(default=1, metadata=limits(ge=0, le=3))
+    fabric_rail_gbps_min: float = field(default=360.0, metadata=limits(ge=0))  # ib_write_bw per HCA, Gb/s
     fabric_gpudirect: bool = True  # --use_cuda=<GPU next to the HCA> --use_cuda_dmabuf
-    fabric_msg_bytes: int = 1048576  # ib_write_bw message size
-    fabric_iterations: int = 5000  # ib_write_bw iterations per rail
-    fabric_port_base: int = 18515  # perftest's default port; pair i of a round, rail j: +i*rails+j
-    fabric_partners: int = 2  # distinct partners per node in the first rounds
-    fabric_retest_partners: int = 2  # known-good partners a suspect of a failing pair meets
-    fabric_pair_timeout: float = 120.0  # seconds for one pair's eight rails
-    fabric_nccl_busbw_min: float = 431.0  # all_reduce_perf on one node (8x H200), GB/s
-    fabric_nccl_multinode_busbw_min: float = 340.0  # all_reduce_perf across the set, GB/s
+    fabric_msg_bytes: int = field(default=1048576, metadata=limits(gt=0))  # ib_write_bw message size
+    fabric_iterations: int = field(default=5000, metadata=limits(gt=0))  # ib_write_bw iterations per rail
+    # perftest's default port; pair i of a round, rail j: +i*rails+j
+    fabric_port_base: int = field(default=18515, metadata=limits(ge=1024, le=60000))
+    # distinct partners per node in the first rounds
+    fabric_partners: int = field(default=2, metadata=limits(gt=0))
+    # known-good partners a suspect of a failing pair meets
+    fabric_retest_partners: int = field(default=2, metadata=limits(ge=0))
+    # seconds for one pair's eight rails
+    fabric_pair_timeout: float = field(default=120.0, metadata=limits(gt=0))
+    # all_reduce_perf on one node (8x H200), GB/s
+    fabric_nccl_busbw_min: float = field(default=431.0, metadata=limits(ge=0))
+    # all_reduce_perf across the set, GB/s
+    fabric_nccl_multinode_busbw_min: float = field(default=340.0, metadata=limits(ge=0))
     fabric_nccl_min_bytes: str = "1G"  # all_reduce_perf -b: the smallest message
     fabric_nccl_max_bytes: str = "8G"  # all_reduce_perf -e: the largest, whose bus bandwidth is judged
     fabric_nccl_multinode: bool = True  # one all_reduce_perf over every node, through srun
     # extra srun arguments for the multi-node all_reduce_perf (its MPI launch)
     fabric_srun_args: list[str] = field(default_factory=lambda: ["--mpi=pmix"])
-    fabric_nccl_timeout: float = 600.0  # seconds per all_reduce_perf run
+    # seconds per all_reduce_perf run
+    fabric_nccl_timeout: float = field(default=600.0, metadata=limits(gt=0))
 
     def validate(self) -> None:
-        for key in ("gpu_count", "gpu_memory_mib_min", "nvme_data_min"):
-            if getattr(self, key) < 0:
-                raise ValueError(f"{key}: must be >= 0 (got {getattr(self, key)})")
-        if self.ib_rate_gbps < 0:
-            raise ValueError(f"ib_rate_gbps: must be >= 0 (got {self.ib_rate_gbps})")
+        check_fields(self)
         check_absolute("ib_sysfs_root", self.ib_sysfs_root)
         self._validate_fabric()
         check_addresses("addresses", self.addresses)
@@ -87,31 +92,8 @@ class PreflightSection:
         return out
 
     def _validate_fabric(self) -> None:
-        if not 0 <= self.fabric_dcgm_level <= 3:
-            raise ValueError(f"fabric_dcgm_level: 0 (off) to 3 (got {self.fabric_dcgm_level})")
         if self.fabric_pkey and not re.fullmatch(r"0x[0-9a-fA-F]{1,4}", self.fabric_pkey):
             raise ValueError(f"fabric_pkey: a 16-bit hex P_Key such as 0xffff (got {self.fabric_pkey!r})")
-        positive = (
-            "fabric_msg_bytes",
-            "fabric_iterations",
-            "fabric_partners",
-            "fabric_pair_timeout",
-            "fabric_nccl_timeout",
-        )
-        for key in positive:
-            if getattr(self, key) <= 0:
-                raise ValueError(f"{key}: must be > 0 (got {getattr(self, key)})")
-        for key in (
-            "fabric_nvswitches",
-            "fabric_retest_partners",
-            "fabric_rail_gbps_min",
-            "fabric_nccl_busbw_min",
-            "fabric_nccl_multinode_busbw_min",
-        ):
-            if getattr(self, key) < 0:
-                raise ValueError(f"{key}: must be >= 0 (got {getattr(self, key)})")
-        if not 1024 <= self.fabric_port_base <= 60000:
-            raise ValueError(f"fabric_port_base: 1024 to 60000 (got {self.fabric_port_base})")
         for key in ("fabric_nccl_min_bytes", "fabric_nccl_max_bytes"):
             if not re.fullmatch(r"\d+[KMG]?", getattr(self, key)):
                 raise ValueError(f"{key}: a size such as 1G, 512M or 8 (got {getattr(self, key)!r})")

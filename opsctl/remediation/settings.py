@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from opsctl.address import split_address
-from opsctl.config import limits
+from opsctl.config import check_fields, limits
 
 DEFAULT_PORT = 9105  # node_exporter is 9100, dcgm-exporter 9400, Alertmanager 9093
 # How long an alert stays active after the last send that carried it, when no pass re-sends it: the
@@ -41,6 +41,7 @@ class RemediatorSection:
     alert_resolve_after: float = field(default=DEFAULT_RESOLVE_AFTER_S, metadata=limits(ge=60, le=86400))
 
     def validate(self) -> None:
+        check_fields(self)
         if self.metrics_address:
             try:
                 _, port = split_address(self.metrics_address)

@@ -90,3 +90,20 @@ def test_a_declared_limit_is_enforced_at_its_bounds(name: str, key: str) -> None
         else:
             with pytest.raises(ConfigError, match=rf"{name}\.{key}: must be "):
                 parse_config(text)
+
+
+VALIDATED = [(name, key) for name, key in LIMITED if hasattr(section_class(name), "validate")]
+
+
+@pytest.mark.parametrize(("name", "key"), VALIDATED)
+def test_a_section_built_in_code_is_held_to_the_same_limits(name: str, key: str) -> None:
+    """validate() of a section made by code (a CLI option, a test, the simulator) rejects what the
+    loader would, naming the key."""
+    cls = section_class(name)
+    f = next(f for f in _fields(name) if f.name == key)
+    kind = typing.get_type_hints(cls)[key]
+    kind = next((a for a in typing.get_args(kind) if a is not type(None)), kind)
+    for value, accepted in _outside_and_inside(f.metadata, kind):
+        if not accepted:
+            with pytest.raises(ValueError, match=rf"^{key}: must be "):
+                cls(**{key: value}).validate()
