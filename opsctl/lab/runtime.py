@@ -53,6 +53,12 @@ def cache_dir(cfg: LabConfig) -> Path:
     return cfg.cache_dir / f"wheelhouse-cp{LAB_PYTHON_VERSION.replace('.', '')}"
 
 
+def opsctl_wheelhouse_dir(cfg: LabConfig) -> Path:
+    """The lean install's wheelhouse on the host (opsctl and its dependencies, no training extra):
+    what docs/getting-started.md step 1 builds, for the opsctl_remediation role to copy to the head."""
+    return cfg.state_dir / "opsctl-wheelhouse"
+
+
 def lock_copy(cfg: LabConfig) -> Path:
     """The lock the wheelhouse was staged with, kept with the lab's state on the host: the role
     installs at exactly these versions, whatever the repository holds by the time it runs."""
@@ -64,10 +70,14 @@ def staged(cfg: LabConfig) -> bool:
     return any(wheelhouse_dir(cfg).glob(f"{PROJECT}-*.whl"))
 
 
-def download_argv(dest: Path, requirements: list[str], lock: Path) -> list[str]:
+def download_argv(
+    dest: Path, requirements: list[str], lock: Path, find_links: Path | None = None
+) -> list[str]:
     """`pip download` of binary wheels for the lab machines' Python, not this host's, at the
-    versions the lock names."""
+    versions the lock names; from FIND_LINKS alone (no index) when given."""
     argv = [sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(dest)]
+    if find_links is not None:
+        argv += ["--no-index", "--find-links", str(find_links)]
     argv += ["--constraint", str(lock)]
     argv += ["--python-version", LAB_PYTHON_VERSION, "--implementation", "cp", "--only-binary=:all:"]
     for platform in LAB_PLATFORMS:
@@ -115,6 +125,7 @@ def stage(cfg: LabConfig, repo_root: Path) -> StagedWheelhouse:
             if not dep.name.startswith(f"{PROJECT}-"):
                 _link_or_copy(dep, dest / dep.name)
         _link_or_copy(wheel, dest / wheel.name)
+    _stage_lean(cfg, dest / wheel.name, repo_root / LOCK)
     shutil.copyfile(repo_root / LOCK, lock_copy(cfg))
     for d in (dest, dest.parent):
         d.chmod(0o755)
@@ -125,3 +136,12 @@ def stage(cfg: LabConfig, repo_root: Path) -> StagedWheelhouse:
         wheels=len(wheels),
         size_bytes=sum(w.stat().st_size for w in wheels),
     )
+
+
+def _stage_lean(cfg: LabConfig, wheel: Path, lock: Path) -> None:
+    """The project wheel and what it needs without the training extra, picked from the staged
+    wheelhouse (pip resolves against it, no index): the lean install of the head and login nodes."""
+    lean = opsctl_wheelhouse_dir(cfg)
+    shutil.rmtree(lean, ignore_errors=True)
+    lean.mkdir(parents=True)
+    run(download_argv(lean, [str(wheel)], lock, find_links=wheel.parent), timeout=600)

@@ -111,3 +111,21 @@ def test_download_targets_the_machines_python_not_this_host(tmp_path: Path) -> N
     assert argv[argv.index("--constraint") + 1] == str(REPO / "locks" / "cpu.txt")
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--platform"] == list(runtime.LAB_PLATFORMS)
     assert argv[-1] == "torch==2.13.0"
+
+
+def test_the_lean_wheelhouse_holds_opsctl_and_its_dependencies_without_the_training_stack(staged) -> None:
+    """What the opsctl_remediation role installs on the lab's head: getting-started step 1's lean
+    install, resolvable from that directory alone."""
+    cfg, result = staged
+    lean = runtime.opsctl_wheelhouse_dir(cfg)
+    names = {canonicalize_name(parse_wheel_filename(w.name)[0]) for w in lean.glob("*.whl")}
+    assert (lean / result.project_wheel).is_file()
+    assert {"ansible-core", "click", "prometheus-client", "clustershell"} <= names
+    assert not names & {"torch", "transformers", "tokenizers", "safetensors"}
+    env = dict(os.environ, PIP_CONFIG_FILE=os.devnull)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-index",
+         "--find-links", str(lean), "opsctl==0.1.0"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
