@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import yaml
@@ -18,8 +19,25 @@ NOWHERE = ["-e", "ansible_host=127.0.0.1", "-e", "ansible_port=1"]
 TWO_HOSTS = ["--limit", "head-01,gpu-001"]
 
 
+def guide_block(step: str) -> str:
+    """The command block after docs/getting-started.md's `<!-- step: STEP -->` marker."""
+    text = (REPO / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    return text.split(f"<!-- step: {step} -->", 1)[1].split("```")[1].strip()
+
+
 def test_production_inventory_passes(tmp_path):
-    proc = run_ansible("ansible-playbook", ["playbooks/validate.yml", *NOWHERE], tmp_path)
+    """docs/getting-started.md steps 2 and 5 as written: the inventory block makes the site's copy
+    of the template (run beside a copy of inventory/production, so the checkout is left alone),
+    and the validate block passes on it, with every production host."""
+    work = tmp_path / "checkout"
+    shutil.copytree(REPO / "inventory" / "production", work / "inventory" / "production")
+    script = guide_block("inventory") + '\necho "ANSIBLE_INVENTORY=$ANSIBLE_INVENTORY"\n'
+    made = subprocess.run(["bash", "-euc", script], cwd=work, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    site = work / made.stdout.strip().splitlines()[-1].split("=", 1)[1]
+    assert (site / "hosts.yml").is_file() and site.parent == work / "inventory"
+    (validate,) = guide_block("validate").splitlines()
+    proc = run_ansible("ansible-playbook", [*validate.split()[1:], "-i", str(site), *NOWHERE], tmp_path)
     assert "failed=0" in proc.stdout
     assert "gpu-064" in proc.stdout
 
