@@ -71,6 +71,7 @@ LAB_MODULES = (
     "test_lab_monitoring.py",
     "test_lab_machines.py",
     "test_lab_fabric.py",
+    "test_lab_guide.py",
     "test_lab_lifecycle.py",
     "test_lab_teardown.py",
 )

@@ -17,6 +17,7 @@ from opsctl.lab.config import LabConfig
 from opsctl.lab.converge import ConvergeResult, parse_recap
 
 GPU_NODES = ["gpu-001", "gpu-002", "gpu-003"]  # the shared lab's GPU machines (conftest.py)
+HEAD_VENV = "/opt/opsctl/venv"  # roles/opsctl_remediation: opsctl_remediation_venv
 T = TypeVar("T")
 
 
@@ -96,13 +97,20 @@ def guide_steps(path: Path = GUIDE) -> dict[str, list[str]]:
 
 
 def run_guide_step(
-    lab: RunningLab, name: str, *, env: dict[str, str] | None = None, timeout: float = 1800
+    lab: RunningLab,
+    name: str,
+    *,
+    env: dict[str, str] | None = None,
+    opsctl_on: str | None = None,
+    timeout: float = 1800,
 ) -> list[ConvergeResult]:
     """Run one step of the guide on the lab, its lines in order, as an operator would from the
     repository root: the lab's inventory in ANSIBLE_INVENTORY (the guide's step 2 on the lab), the
     lab's opsctl.toml in OPSCTL_CONFIG once `lab connect` wrote it, the venv's opsctl and
-    ansible-playbook first on PATH; ENV overrides. Stops at the first line that fails; returns each
-    line's result (a PLAY RECAP when it has one)."""
+    ansible-playbook first on PATH; ENV overrides. With OPSCTL_ON (a machine), `opsctl` lines run
+    there as root, with the opsctl_remediation role's virtualenv first on PATH: the guide's head
+    node, where the lab's Ansible controller is this host. Stops at the first line that fails;
+    returns each line's result (a PLAY RECAP when it has one)."""
     from opsctl.lab.lab import REPO_ROOT
 
     run_env = dict(os.environ)
@@ -121,15 +129,20 @@ def run_guide_step(
     run_env.update(env or {})
     results: list[ConvergeResult] = []
     for line in guide_steps()[name]:
-        proc = subprocess.run(
-            ["bash", "-c", line],
-            cwd=REPO_ROOT,
-            env=run_env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        if opsctl_on and line.split()[0] == "opsctl":
+            proc = lab.ssh(
+                opsctl_on, "bash", "-c", f"export PATH={HEAD_VENV}/bin:$PATH; cd; {line}", timeout=timeout
+            )
+        else:
+            proc = subprocess.run(
+                ["bash", "-c", line],
+                cwd=REPO_ROOT,
+                env=run_env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
         output = f"$ {line}\n{proc.stdout}{proc.stderr}"
         results.append(ConvergeResult(proc.returncode, parse_recap(output), output))
         if proc.returncode != 0:
@@ -144,17 +157,29 @@ def lab_status(lab: RunningLab) -> dict[str, object]:
 
 
 def playbook(
-    lab: RunningLab, book: str, *args: str, env: dict[str, str] | None = None, timeout: float = 1800
+    lab: RunningLab,
+    book: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    inventory: Path | None = None,
+    timeout: float = 1800,
 ) -> ConvergeResult:
     """ansible-playbook -i <lab inventory> BOOK ARGS from the repository root, like `run_playbook`
-    but with extra arguments (--check, --limit, -e) and environment (another HOME)."""
+    but with extra arguments (--check, --limit, -e), environment (another HOME) and inventory (a
+    copy of the lab's, changed as a site would change its own)."""
     from opsctl.lab.lab import REPO_ROOT
 
     run_env = dict(os.environ)
     run_env.update(env or {})
     run_env.update({"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"})
     proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(lab.inventory), book, *args],
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-i",
+            str(inventory or lab.inventory),
+            book,
+            *args,
+        ],
         cwd=REPO_ROOT,
         env=run_env,
         capture_output=True,
