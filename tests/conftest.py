@@ -65,13 +65,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 # The lab modules share one lab (tests/integration/lab/conftest.py) and run in this order: the
-# monitoring module before any other lab test puts an XID on record (the Prometheus source keeps it
-# for an hour), the rolling update (reboots, another driver package) last but one, the teardown last.
+# guide's shadow/apply steps first, since their remediation service must find a lab with no fault
+# history (an XID the lab heals without a reboot stays in Prometheus's window for an hour, and the
+# service rightly drains on it); the monitoring module before any other lab test puts an XID on
+# record; the rolling update (reboots, another driver package) last but one; the teardown last.
 LAB_MODULES = (
+    "test_lab_guide.py",
     "test_lab_monitoring.py",
     "test_lab_machines.py",
     "test_lab_fabric.py",
-    "test_lab_guide.py",
     "test_lab_lifecycle.py",
     "test_lab_teardown.py",
 )

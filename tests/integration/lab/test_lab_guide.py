@@ -8,7 +8,9 @@ and the lean wheelhouse of step 1 (`lab up --runtime` builds it from this checko
 through `playbooks/monitoring.yml`, the part of step 6's converge that installs it. Then the
 shadow step's commands must pass on the head, its shadow decisions must include no drain of the
 healthy lab, and the apply step must turn the service to apply mode. At the end the service is
-stopped and Prometheus's configuration restored, as the module found them.
+stopped, any node it drained is resumed and Prometheus's configuration restored, as the module
+found them. It runs before every other lab module (tests/conftest.py): a service with fresh state
+rightly drains a node whose XID the lab healed without a reboot within the last hour.
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ def site(lab: RunningLab, converged: Converged, tmp_path_factory: pytest.TempPat
     finally:
         head = lab.cfg.head.name
         lab.ssh(head, "systemctl", "disable", "--now", SERVICE)
+        # a failed assertion below must not leave later modules a lab with nodes out of service
+        drained = {d["node"] for d in decisions(lab) if d.get("action") == "drain" and d["mode"] == "apply"}
+        for node in sorted(drained):
+            lab.ssh(head, "scontrol", "update", f"nodename={node}", "state=resume")
         restored = playbook(lab, "playbooks/monitoring.yml", "--limit", head)
         assert restored.returncode == 0, restored.report()
 
