@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "quarantine": ("opsctl.cli.quarantine", "quarantine", "List, add or release nodes launches never use."),
     "lab": ("opsctl.cli.lab", "lab", "Boot nspawn machines with simulated GPUs for tests and drills."),
     "remediator": ("opsctl.cli.remediator", "remediator", "The remediation service: run, pause, status."),
+    "runs": ("opsctl.cli.runs", "runs", "List training runs: state, step, reward, eval."),
 }
 
 

@@ -65,6 +65,13 @@ def test_launch_and_watch_to_completion(launch_env: LaunchEnv, tmp_path: Path) -
     assert trainer_steps(run / "metrics.jsonl") == list(range(8))
     assert (run / "logs" / "attempt-0" / "trainer-0.log").exists()
     assert (run / "logs" / "attempt-0" / "inference-0.log").exists()
+    # `opsctl runs list` finds it under the config's runs_dir, from the files the run wrote
+    listed = launch_env.opsctl("runs", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (row,) = [r for r in json.loads(listed.stdout)["runs"] if r["run_id"] == "clean"]
+    assert (row["launcher"], row["state"], row["steps_done"], row["steps"], row["attempts"]) == (
+        "slurm", "COMPLETED", 8, 8, 1)
+    assert set(row["rewards"]) == {"arithmetic"}, row
 
 
 def test_node_death_is_drained_requeued_and_resumed(launch_env: LaunchEnv, tmp_path: Path) -> None:
