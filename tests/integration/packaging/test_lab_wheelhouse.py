@@ -18,6 +18,8 @@ from opsctl.lab import runtime
 from opsctl.lab.config import LabConfig
 from opsctl.lab.inventory import inventory_data
 
+pytestmark = pytest.mark.integration  # pip builds and downloads wheels: not for the unit tier
+
 REPO = Path(__file__).resolve().parents[3]
 # What Debian 12's CPython 3.11 on x86_64 (the lab machines' python3) installs.
 LAB_TAGS = {Tag("cp311", "cp311", p) for p in runtime.LAB_PLATFORMS} | {
