@@ -131,6 +131,11 @@ class OrchestratorConfig:
     eval_temperature: float = 0.0  # sampling temperature of eval completions; 0: greedy
     eval_at_end: bool = True  # also evaluate the final policy after the last step (with eval_size > 0)
     threads: int = 1  # torch CPU threads of the orchestrator process
+    # A rollout or eval request that fails in transport (no answer) or with 502/503/504 is tried this
+    # many times on its inference replica, then as often on each other replica; the job fails only
+    # when every replica has failed. Other errors (4xx, malformed answers) fail at once.
+    request_attempts: int = 3
+    request_backoff_s: float = 0.5  # wait before a replica's second try; doubles per try, at most 10 s
     # "continuous": each group is its own request, up to max_inflight_groups per server, refilled
     # as each finishes; "batch": one request per server per batch, waiting for its slowest
     # completion. "auto": continuous on vLLM, whose decode step costs about the same for 1 or 128
@@ -324,6 +329,10 @@ def validate(cfg: JobConfig) -> None:
         raise ConfigError("orchestrator.max_off_policy_steps: must be >= 0")
     if cfg.orchestrator.max_inflight_groups < 0:
         raise ConfigError("orchestrator.max_inflight_groups: must be >= 0 (0: automatic)")
+    if cfg.orchestrator.request_attempts < 1:
+        raise ConfigError("orchestrator.request_attempts: must be >= 1")
+    if cfg.orchestrator.request_backoff_s < 0:
+        raise ConfigError("orchestrator.request_backoff_s: must be >= 0")
     if cfg.orchestrator.eval_samples < 1:
         raise ConfigError("orchestrator.eval_samples: must be >= 1")
     if cfg.orchestrator.eval_temperature < 0:

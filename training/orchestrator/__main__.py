@@ -47,6 +47,7 @@ from training.orchestrator.batch import (
     shard,
     to_samples,
 )
+from training.orchestrator.failover import call_with_failover
 from training.orchestrator.scheduler import GroupFilter, RolloutScheduler
 from training.rundir import RunDir
 
@@ -180,19 +181,19 @@ class Orchestrator:
         prompts = [self._prompt_ids(data[i].prompt) for i in indices]
         # Split the prompts across the servers; each server gets one request.
         parts = [list(range(k, len(prompts), len(self.clients))) for k in range(len(self.clients))]
-        futures = [
-            self.pool.submit(
-                c.complete,
-                [prompts[i] for i in part],
-                n,
-                self.cfg.inference.max_tokens,
-                temperature,
-                seed + k,
-                stop=self.stop_strings,
+
+        def part_request(k: int, part: list[int]) -> list[list[Completion]]:
+            def complete(replica: int) -> list[list[Completion]]:
+                return self.clients[replica].complete(
+                    [prompts[i] for i in part], n, self.cfg.inference.max_tokens, temperature, seed + k,
+                    stop=self.stop_strings,
+                )
+
+            return call_with_failover(
+                complete, k, len(self.clients), self.oc.request_attempts, self.oc.request_backoff_s
             )
-            for k, (c, part) in enumerate(zip(self.clients, parts, strict=True))
-            if part
-        ]
+
+        futures = [self.pool.submit(part_request, k, part) for k, part in enumerate(parts) if part]
         out: dict[int, list[Completion]] = {}
         for part, fut in zip([p for p in parts if p], futures, strict=True):
             for i, comps in zip(part, fut.result(), strict=True):
@@ -206,22 +207,16 @@ class Orchestrator:
         (RequestCancelled, never retried)."""
         prompts = [self._prompt_ids(self.env.dataset[i].prompt) for i in indices]
         inf = self.cfg.inference
-        for attempt in range(3):
-            try:
-                return self.clients[server].complete(
-                    prompts,
-                    self.oc.group_size,
-                    inf.max_tokens,
-                    inf.temperature,
-                    seed,
-                    stop=self.stop_strings,
-                    cancel=cancel,
-                )
-            except OSError:  # connection refused or reset before an answer: same seed, same request
-                if attempt == 2:
-                    raise
-                time.sleep(0.2 * (attempt + 1))
-        raise AssertionError("unreachable")
+
+        def complete(replica: int) -> list[list[Completion]]:
+            return self.clients[replica].complete(
+                prompts, self.oc.group_size, inf.max_tokens, inf.temperature, seed,
+                stop=self.stop_strings, cancel=cancel,
+            )
+
+        return call_with_failover(
+            complete, server, len(self.clients), self.oc.request_attempts, self.oc.request_backoff_s
+        )
 
     def score(self, index: int, comps: list[Completion], fallback_version: int) -> RolloutGroup:
         task = self.env.dataset[index]

@@ -56,6 +56,7 @@ class FakeVLLM:
     def __init__(self, served_model_name: str = "policy", port: int = 0) -> None:
         self.name = served_model_name
         self.requests: list[dict[str, Any]] = []
+        self.fail_next: list[int] = []  # HTTP statuses the next completion requests get instead
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -86,6 +87,9 @@ class FakeVLLM:
                         self._send(404, {"detail": "Not Found"})
                         return
                     fake.requests.append(body)
+                    if fake.fail_next:
+                        code = fake.fail_next.pop(0)
+                        raise BadRequest(f"injected {code}", "ServiceUnavailableError", code)
                     self._send(200, fake.complete(body))
                 except BadRequest as exc:
                     err = {"message": str(exc), "type": exc.kind, "param": exc.param, "code": exc.code}
