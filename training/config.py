@@ -104,6 +104,9 @@ class InferenceConfig:
     max_model_len: int = 0  # 0: the model's own context length
     vllm_args: list[str] = field(default_factory=list)  # appended to the vLLM command line as given
     ready_timeout_s: float = 1800.0  # how long the job waits for every replica's GET /health
+    # Seconds one completion request may take; a request without an answer by then is a transport
+    # failure, retried as orchestrator.request_attempts says.
+    request_timeout_s: float = 600.0
     # Built-in engine: keep a KV cache across decode steps (false recomputes the whole prefix).
     kv_cache: bool = True
 
@@ -173,6 +176,9 @@ class TrainerConfig:
     # many, and `opsctl launch` on Slurm sets it to trainer nodes x tasks per node.
     world_size: int = 1
     checkpoint_every: int = 5  # steps between trainer/orchestrator checkpoints (resume points)
+    # Seconds a trainer rank waits for its next rollout batch before the job fails (long chains of
+    # thought on a slow inference fleet may need more).
+    rollout_wait_s: float = 3600.0
     # Newest published weights/step_N versions kept (at least async_level + 2); older ones are deleted
     # unless at a checkpoint step.
     keep_weights: int = 3
@@ -329,6 +335,10 @@ def validate(cfg: JobConfig) -> None:
         raise ConfigError("orchestrator.max_off_policy_steps: must be >= 0")
     if cfg.orchestrator.max_inflight_groups < 0:
         raise ConfigError("orchestrator.max_inflight_groups: must be >= 0 (0: automatic)")
+    for key, value in (("inference.request_timeout_s", cfg.inference.request_timeout_s),
+                       ("trainer.rollout_wait_s", cfg.trainer.rollout_wait_s)):
+        if not value > 0:
+            raise ConfigError(f"{key}: must be > 0")
     if cfg.orchestrator.request_attempts < 1:
         raise ConfigError("orchestrator.request_attempts: must be >= 1")
     if cfg.orchestrator.request_backoff_s < 0:

@@ -140,6 +140,7 @@ class OpenAICompatClient:
             model=inference.served_model_name,
             update_weights_path=inference.update_weights_path,
             stop=inference.stop,
+            timeout=inference.request_timeout_s,
         )
 
     def _connection(self, where: str) -> tuple[http.client.HTTPConnection, str]:

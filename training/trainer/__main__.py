@@ -168,7 +168,7 @@ class Trainer:
                 self.checkpoint_and_stop()
                 return
             t0 = time.perf_counter()
-            path = wait_for(self.run.step(self.run.rollouts, self.step))
+            path = wait_for(self.run.step(self.run.rollouts, self.step), timeout=tc.rollout_wait_s)
             batch = torch.load(path / f"rank_{self.rank}.pt", weights_only=True)
             t1 = time.perf_counter()
             rec = self.train_step(batch)

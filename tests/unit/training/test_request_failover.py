@@ -3,6 +3,8 @@ against loopback servers speaking vLLM's API (fake_vllm.py) and a port nothing l
 
 from __future__ import annotations
 
+import socket
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -22,8 +24,8 @@ def replicas() -> Iterator[list[FakeVLLM]]:
         yield [a, b]
 
 
-def client(url: str) -> OpenAICompatClient:
-    cfg = load_config(None, ["inference.served_model_name=policy"])
+def client(url: str, *overrides: str) -> OpenAICompatClient:
+    cfg = load_config(None, ["inference.served_model_name=policy", *overrides])
     return OpenAICompatClient.from_config(url, cfg.inference)
 
 
@@ -58,6 +60,21 @@ def test_an_unreachable_replica_fails_over_to_the_next_with_the_same_seed(replic
     assert replica_order(1, 3) == [1, 2, 0]
 
 
+def test_a_replica_that_never_answers_times_out_and_the_next_answers(replicas: list[FakeVLLM]) -> None:
+    _, b = replicas
+    with socket.socket() as silent:  # accepts connections (the backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        hung = client(f"http://127.0.0.1:{silent.getsockname()[1]}", "inference.request_timeout_s=0.3")
+        started = time.monotonic()
+        with pytest.raises(ServerError) as err:
+            hung.complete(PROMPTS, n=2, max_tokens=4, temperature=1.0, seed=11)
+        # the configured 0.3 s, not the default 600 s (a loose bound: the machine may be loaded)
+        assert err.value.status is None and time.monotonic() - started < 60
+        out, slept = run([hung, client(b.url)], attempts=2)
+    assert slept == [0.5] and len(b.requests) == 1 and [len(group) for group in out] == [2, 2]  # type: ignore[attr-defined]
+
+
 def test_a_client_error_is_raised_at_once_without_failover(replicas: list[FakeVLLM]) -> None:
     a, b = replicas
     a.fail_next = [400]
@@ -83,7 +100,8 @@ def test_a_cancelled_request_is_not_retried(replicas: list[FakeVLLM]) -> None:
     assert not a.requests and not b.requests
 
 
-@pytest.mark.parametrize("override", ["orchestrator.request_attempts=0", "orchestrator.request_backoff_s=-1"])
+@pytest.mark.parametrize("override", ["orchestrator.request_attempts=0", "orchestrator.request_backoff_s=-1",
+                                      "inference.request_timeout_s=0", "trainer.rollout_wait_s=-5"])
 def test_bad_retry_settings_name_the_key(override: str) -> None:
     with pytest.raises(ConfigError, match=override.split("=")[0]):
         load_config(None, [override])
