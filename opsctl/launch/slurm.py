@@ -84,6 +84,14 @@ def resolve_job_config(req: LaunchRequest) -> Any:
     return cfg
 
 
+def inference_share(settings: LaunchSection, nodes: int) -> int:
+    """Inference nodes for a launch of `nodes` without --inference-nodes: [launch] inference_nodes
+    at the configured size, else the same share of `nodes`, at least one and leaving a trainer."""
+    if nodes == settings.nodes:
+        return settings.inference_nodes
+    return max(1, min(nodes - 1, round(nodes * settings.inference_nodes / settings.nodes)))
+
+
 def plan_layout(
     settings: LaunchSection,
     job_config: Any,
@@ -100,7 +108,7 @@ def plan_layout(
 ) -> LaunchPlan:
     """Choose the nodes and render the script; raises before anything is created or submitted."""
     n = nodes if nodes is not None else (len(nodelist) if nodelist else settings.nodes)
-    m = inference_nodes if inference_nodes is not None else settings.inference_nodes
+    m = inference_nodes if inference_nodes is not None else inference_share(settings, n)
     if n < 2:
         raise UsageError(f"--nodes must be at least 2 (inference and trainer), got {n}")
     if not 1 <= m < n:

@@ -61,6 +61,18 @@ def test_more_nodes_than_the_partition_has(production: LaunchSection) -> None:
                     partition="gpu")
 
 
+@pytest.mark.parametrize(("nodes", "want"), [(3, 1), (4, 1), (8, 2), (10, 2), (2, 1), (64, 16)])
+def test_without_inference_nodes_a_launch_takes_the_configured_share(
+    production: LaunchSection, nodes: int, want: int
+) -> None:
+    """16 of 64 by default: `--nodes 3` alone plans 1 inference and 2 trainer nodes, not a refusal."""
+    plan = plan_layout(production, job(), partition(64), set(), {}, run_id="r1", run_dir=RUN, nodes=nodes)
+    assert (plan.nodes, plan.inference_nodes) == (nodes, want)
+    listed = plan_layout(production, job(), partition(64), set(), {}, run_id="r1", run_dir=RUN,
+                         nodelist=[f"gpu-{i:03d}" for i in range(1, nodes + 1)])
+    assert listed.inference_nodes == want
+
+
 @pytest.mark.parametrize("m", [0, 4, 9])
 def test_inference_nodes_must_leave_trainers(production: LaunchSection, m: int) -> None:
     with pytest.raises(UsageError, match=r"--inference-nodes must be between 1 and 3"):
