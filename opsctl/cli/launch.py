@@ -39,7 +39,7 @@ def launch() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--nodes", type=int, default=None, help="Slurm: nodes in all ([launch] nodes, 64).")
 @click.option("--inference-nodes", type=int, default=None,
-              help="Slurm: inference nodes ([launch] inference_nodes, 16; scaled to --nodes).")
+              help="Slurm: inference nodes ([launch] inference_nodes, 16; its share of a smaller --nodes).")
 @click.option("--nodelist", default=None, help="Slurm: run on exactly these nodes (a node set).")
 @click.pass_context
 def rl_run(

@@ -24,7 +24,7 @@ class LaunchSection:
     quarantine_file: str = field(default="/var/lib/opsctl/quarantine.json", metadata=limits(path=True))
     partition: str | None = None  # None: [slurm] partition, else Slurm's default partition
     nodes: int = 64  # production layout: 16 inference + 48 trainer
-    inference_nodes: int = 16  # of `nodes`, those that serve inference (the same share of another --nodes)
+    inference_nodes: int = 16  # of `nodes`, those that serve inference (its share of a smaller --nodes)
     # GPUs each node brings (and the GRES asked for)
     gpus_per_node: int = field(default=8, metadata=limits(ge=1))
     gpu_type: str = "h200"  # the GRES type: gpu:<gpu_type>:<gpus_per_node>

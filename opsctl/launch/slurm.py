@@ -86,8 +86,9 @@ def resolve_job_config(req: LaunchRequest) -> Any:
 
 def inference_share(settings: LaunchSection, nodes: int) -> int:
     """Inference nodes for a launch of `nodes` without --inference-nodes: [launch] inference_nodes
-    at the configured size, else the same share of `nodes`, at least one and leaving a trainer."""
-    if nodes == settings.nodes:
+    wherever it leaves a trainer node, else the same share of `nodes` it is of [launch] nodes (at
+    least one, leaving a trainer), so that a small launch is planned rather than refused."""
+    if settings.inference_nodes < nodes:
         return settings.inference_nodes
     return max(1, min(nodes - 1, round(nodes * settings.inference_nodes / settings.nodes)))
 

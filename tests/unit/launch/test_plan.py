@@ -61,11 +61,13 @@ def test_more_nodes_than_the_partition_has(production: LaunchSection) -> None:
                     partition="gpu")
 
 
-@pytest.mark.parametrize(("nodes", "want"), [(3, 1), (4, 1), (8, 2), (10, 2), (2, 1), (64, 16)])
-def test_without_inference_nodes_a_launch_takes_the_configured_share(
+@pytest.mark.parametrize(("nodes", "want"), [(3, 1), (4, 1), (8, 2), (10, 2), (16, 4), (2, 1), (17, 16),
+                                            (64, 16)])
+def test_without_inference_nodes_a_small_launch_takes_the_configured_share(
     production: LaunchSection, nodes: int, want: int
 ) -> None:
-    """16 of 64 by default: `--nodes 3` alone plans 1 inference and 2 trainer nodes, not a refusal."""
+    """16 of 64 by default: `--nodes 3` alone plans 1 inference and 2 trainer nodes, not a refusal;
+    where the configured 16 leave a trainer node they stand, as before."""
     plan = plan_layout(production, job(), partition(64), set(), {}, run_id="r1", run_dir=RUN, nodes=nodes)
     assert (plan.nodes, plan.inference_nodes) == (nodes, want)
     listed = plan_layout(production, job(), partition(64), set(), {}, run_id="r1", run_dir=RUN,
