@@ -50,6 +50,8 @@ class Node:
     gpu_type: str = ""
     jobs: list[int] = field(default_factory=list)
     partitions: list[str] = field(default_factory=list)
+    # CPUs a job can use on the node (effective: less any CoreSpecCount), 0 where not reported
+    cpus: int = 0
 
     @property
     def drain_flag(self) -> bool:

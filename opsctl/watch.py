@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from opsctl.errors import OpsctlError, UsageError
+from opsctl.launch.joblog import failure_cause
 from opsctl.launch.ledger import Attempt, Remediation, find_run, load_ledger, read_attempts
 from opsctl.launch.quarantine import Quarantine
 from opsctl.launch.resize import Resize, resubmit_size
@@ -334,8 +335,10 @@ class Watcher:
             first_seen = self._ended_at.setdefault(snap.attempt, time.monotonic())
             if not self.remediate or time.monotonic() - first_seen >= self.settings.failure_grace_s:
                 self.ledger.final_state = job.state
+                self.ledger.failure = failure_cause(self.run_dir, self.job_id)
+                cause = f": {self.ledger.failure}" if self.ledger.failure else ""
                 snap.events.append(
-                    f"job {self.job_id} ended {job.state}; last checkpoint {snap.last_checkpoint}")
+                    f"job {self.job_id} ended {job.state}{cause}; last checkpoint {snap.last_checkpoint}")
             else:
                 snap.events.append(f"job {self.job_id} ended {job.state}; checking its nodes")
         for v in snap.nodes:
@@ -448,6 +451,8 @@ class Watcher:
         led = self.ledger
         lines = [f"run {led.run_id}: {led.final_state or 'RUNNING'} after {len(led.attempts)} attempt(s), "
                  f"last step {led.last_step}, checkpoints {led.checkpoints or 'none'}"]
+        if led.failure:
+            lines.append(f"  cause: {led.failure}")
         for a in led.attempts:
             failed = f", failed nodes {fold(a.failed_nodes)}" if a.failed_nodes else ""
             world = f", {a.trainer_world_size} trainer ranks" if a.trainer_world_size else ""

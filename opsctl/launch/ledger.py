@@ -55,6 +55,7 @@ class Ledger:
     submitted_at: float = 0.0
     final_state: str = ""  # COMPLETED | FAILED | GAVE_UP | CANCELLED | "" while running
     last_step: int | None = None
+    failure: str = ""  # why the job failed where its own log says so (opsctl.launch.joblog)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

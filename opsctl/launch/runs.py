@@ -102,6 +102,8 @@ def _slurm_state(row: RunRow, run_dir: Path, notes: list[str]) -> None:
     row.started = ledger.submitted_at or row.started
     if ledger.final_state:
         row.state = ledger.final_state
+        if ledger.failure:
+            notes.append(ledger.failure)
         return
     if not attempts:
         row.state = "PENDING"

@@ -93,6 +93,19 @@ def inference_share(settings: LaunchSection, nodes: int) -> int:
     return max(1, min(nodes - 1, round(nodes * settings.inference_nodes / settings.nodes)))
 
 
+def tasks_per_node(settings: LaunchSection, job_config: Any) -> tuple[int, str]:
+    """The most tasks one step of the job starts on a node, and what they are: each needs a CPU
+    of its own. Trainer ranks ([launch] tasks_per_node) or vLLM replicas (one per
+    tensor-parallel group of the node's GPUs); the other steps run one task per node."""
+    ic = job_config.inference
+    replicas = 0
+    if ic.backend == "vllm" and not ic.urls and ic.tensor_parallel_size > 0:
+        replicas = settings.gpus_per_node // ic.tensor_parallel_size
+    if replicas > settings.tasks_per_node:
+        return replicas, "vLLM replicas per node (inference.tensor_parallel_size)"
+    return settings.tasks_per_node, "trainer ranks per node ([launch] tasks_per_node)"
+
+
 def plan_layout(
     settings: LaunchSection,
     job_config: Any,
@@ -118,6 +131,7 @@ def plan_layout(
     where = f"partition {partition}" if partition else "the cluster"
     if n > len(by_name):
         raise UsageError(f"asked for {n} nodes but {where} has only {len(by_name)}")
+    tasks, what = tasks_per_node(settings, job_config)
     excluded: dict[str, str] = {}
     for name, node in sorted(by_name.items()):
         if name in quarantined:
@@ -126,6 +140,13 @@ def plan_layout(
             excluded[name] = f"{node.display_state}" + (f": {node.reason}" if node.reason else "")
         elif name in unhealthy:
             excluded[name] = f"unhealthy: {unhealthy[name]}"
+        elif 0 < node.cpus < tasks:
+            # srun could not create the step ("More processors requested than permitted")
+            excluded[name] = f"{node.cpus} CPUs, too few for {tasks} {what}"
+        elif settings.request_gres and node.gpus_total < settings.gpus_per_node:
+            # the job's --gres would wait for this node forever
+            excluded[name] = (f"{node.gpus_total} GPUs, fewer than the {settings.gpus_per_node} "
+                              "of [launch] gpus_per_node")
     chosen: list[str] = []
     if nodelist:
         unknown = [x for x in nodelist if x not in by_name]

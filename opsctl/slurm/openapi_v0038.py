@@ -38,6 +38,7 @@ def node_from_json(data: dict[str, Any]) -> Node:
         gpus_alloc=gpus_alloc,
         gpu_type=gpu_type,
         partitions=list(data.get("partitions") or []),
+        cpus=int(data.get("cpus") or 0),
     )
 
 

@@ -82,6 +82,7 @@ class PyslurmBackend(SlurmBackend):
             gpus_alloc=gpus_alloc,
             gpu_type=gpu_type,
             partitions=list(node.partitions or []),
+            cpus=int(getattr(node, "effective_cpus", None) or getattr(node, "total_cpus", None) or 0),
         )
 
     def _job(self, job: Any) -> Job:

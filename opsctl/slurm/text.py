@@ -80,7 +80,16 @@ def parse_node_record(record: str) -> Node:
         gpus_alloc=gpus_alloc,
         gpu_type=gpu_type,
         partitions=partitions,
+        cpus=_int(fields.get("CPUEfctv") or fields.get("CPUTot")),
     )
+
+
+def _int(value: str | None) -> int:
+    """A count field, 0 where absent or not a number (N/A)."""
+    try:
+        return int(value or 0)
+    except ValueError:
+        return 0
 
 
 def parse_nodes(text: str) -> list[Node]:
@@ -168,6 +177,7 @@ def parse_sinfo_all(text: str) -> list[Node]:
                 reason_user=_user(_null(row.get("USER", ""))) if reason else "",
                 gpus_total=gpus_total,
                 gpu_type=gpu_type,
+                cpus=_int(row.get("CPUS")),
             )
             nodes[name] = node
         if partition and partition not in node.partitions:

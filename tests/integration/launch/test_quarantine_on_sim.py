@@ -126,3 +126,36 @@ def test_bad_requests_exit_2_and_change_nothing(site: Site) -> None:
     assert len(json.loads(listing.stdout)) == 4
     assert site.quarantine.read_text() == "{\"nodes\": ["
     assert site.sim.sinfo_states() == states
+
+
+def test_an_allocation_srun_could_not_step_is_refused_and_watch_names_a_step_failure(
+    site: Site, tmp_path: Path
+) -> None:
+    """The sim's nodes report 4 CPUs. Eight trainer ranks per node would have been submitted and
+    failed only after SFT ("More processors requested than permitted"); the gate refuses at once.
+    Where a step still cannot be created, `opsctl watch` names srun's reason from the job's log:
+    a real job on the sim runs an srun of 16 tasks on one node."""
+    site.config.write_text(site.config.read_text().replace("tasks_per_node = 1", "tasks_per_node = 8"))
+    refused = site.dry_run(3)
+    assert_one_line_error(refused, "refusing to launch: 3 nodes needed, 0 of 4")
+    why = "gpu-001 (4 CPUs, too few for 8 trainer ranks per node ([launch] tasks_per_node))"
+    assert why in refused.stderr
+
+    from opsctl.launch.ledger import Ledger
+
+    run = tmp_path / "runs" / "step"
+    (run / "logs").mkdir(parents=True)
+    script = "#!/bin/bash\nsrun --nodes=1 --ntasks=16 true\n"
+    sbatch = ["sbatch", "--parsable", "-N1", "--exclusive", f"--output={run}/logs/slurm-%j.out",
+              f"--chdir={run}"]
+    job = int(subprocess.run(sbatch, input=script, capture_output=True, text=True, env=site.sim.env,
+                             check=True, timeout=60).stdout.strip().split(";")[0])
+    Ledger(run_id="step", run_dir=str(run), job_ids=[job], nodes_requested=1).save()
+    watched = site.opsctl("watch", "--json", "--interval", "0.5", str(run))
+    assert watched.returncode == 1, (watched.stdout, watched.stderr)
+    last = json.loads(watched.stdout.splitlines()[-1])
+    assert last["final_state"] == "FAILED"
+    cause = (f"srun could not create a job step: More processors requested than permitted "
+             f"(logs/slurm-{job}.out;")
+    assert any(cause in event for event in last["events"]), last["events"]
+    assert json.loads((run / "ledger.json").read_text())["failure"].startswith(cause)

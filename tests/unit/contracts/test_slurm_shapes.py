@@ -89,6 +89,7 @@ def assert_scenario(nodes: list[Node]) -> None:
         got = (node.state, node.flags, node.display_state, node.out_of_service, node.gpus_alloc, node.reason)
         assert got == (state, flags, display, out, alloc, reason), node.name
         assert (node.gpus_total, node.gpu_type, node.partitions) == (8, "h200", ["gpu"]), node.name
+        assert node.cpus == 4, node.name  # CPUEfctv (text) or cpus (JSON): the launch gate's count
         assert node.reason_user == ("root" if reason else ""), node.name
 
 

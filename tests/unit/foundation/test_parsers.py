@@ -23,6 +23,7 @@ def test_sinfo_all_real_world_fixture() -> None:
     busy = nodes["node1537"]
     assert (busy.state, busy.flags, busy.reason, busy.reason_user) == ("allocated", set(), "", "")
     assert nodes["node4180"].gpus_total == 2
+    assert drained.cpus == 80
 
 
 def test_scontrol_show_job_real_world_fixture_multiline() -> None:

@@ -26,7 +26,7 @@ def _pyslurm_node(allocated_gres: Any, configured_gres: Any = None) -> SimpleNam
     return SimpleNamespace(
         name="gpu-001", state="MIXED", reason=None, reason_user=None, partitions=["gpu"],
         configured_gres={"gpu:h200": 8} if configured_gres is None else configured_gres,
-        allocated_gres=allocated_gres,
+        allocated_gres=allocated_gres, total_cpus=112, effective_cpus=108,
     )
 
 
@@ -49,3 +49,4 @@ def test_allocated_gpus_not_counted_twice() -> None:
     for allocated, want in shapes:
         node = backend._node(_pyslurm_node(allocated))
         assert (node.gpus_alloc, node.gpus_total, node.gpu_type) == (want, 8, "h200"), allocated
+        assert node.cpus == 108  # effective_cpus (less CoreSpecCount), not total_cpus

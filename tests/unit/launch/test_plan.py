@@ -107,6 +107,52 @@ def test_nodelist_goes_to_sbatch(production: LaunchSection) -> None:
     assert plan.job_config.trainer.world_size == 2 * 8
 
 
+def test_nodes_whose_cpus_cannot_hold_the_ranks_are_refused_before_submitting(
+    production: LaunchSection,
+) -> None:
+    """The issue's reproduction: 4-CPU nodes and 8 trainer ranks per node. Submitted, the job ran SFT
+    and then failed with "srun: error: Unable to create step ... More processors requested than
+    permitted"; planned, the nodes are excluded with the reason and the launch refused at once."""
+    nodes = partition(4)
+    for node in nodes:
+        node.cpus = 4
+    with pytest.raises(Refused, match=r"3 nodes needed, 0 of 4 .*gpu-001 \(4 CPUs, too few for 8 trainer "
+                                      r"ranks per node \(\[launch\] tasks_per_node\)\)"):
+        plan_layout(production, job(), nodes, set(), {}, run_id="r1", run_dir=RUN, nodes=3)
+    nodes[0].cpus = nodes[1].cpus = nodes[2].cpus = 8  # enough CPUs on three: they are used
+    plan = plan_layout(production, job(), nodes, set(), {}, run_id="r1", run_dir=RUN, nodes=3)
+    why = "4 CPUs, too few for 8 trainer ranks per node ([launch] tasks_per_node)"
+    assert plan.excluded == {"gpu-004": why}
+    with pytest.raises(UsageError, match=r"cannot run jobs: gpu-004 \(4 CPUs"):
+        plan_layout(production, job(), nodes, set(), {}, run_id="r1", run_dir=RUN,
+                    nodelist=["gpu-003", "gpu-004"], inference_nodes=1)
+
+
+def test_vllm_replicas_count_against_a_nodes_cpus(production: LaunchSection) -> None:
+    """tensor_parallel_size 1 on 8 GPUs runs 8 vLLM replicas on an inference node, each a task;
+    fewer trainer ranks per node do not make a 4-CPU node usable."""
+    production.tasks_per_node = 2
+    from training.config import load_config
+
+    vllm = load_config(str(DEMO), ["inference.backend=vllm", "model.path=/shared/models/qwen3-8b",
+                                   "inference.tensor_parallel_size=1"])
+    nodes = partition(3)
+    nodes[2].cpus = 4
+    plan = plan_layout(production, vllm, nodes, set(), {}, run_id="r1", run_dir=RUN, nodes=2)
+    assert plan.excluded == {"gpu-003": "4 CPUs, too few for 8 vLLM replicas per node "
+                                        "(inference.tensor_parallel_size)"}
+    assert plan_layout(production, job(), nodes, set(), {}, run_id="r1", run_dir=RUN, nodes=2).excluded == {}
+
+
+def test_nodes_with_fewer_gpus_than_the_job_asks_for_are_excluded(production: LaunchSection) -> None:
+    nodes = partition(3)
+    nodes[1].gpus_total = 4  # the job's --gres=gpu:h200:8 would never be placed there
+    plan = plan_layout(production, job(), nodes, set(), {}, run_id="r1", run_dir=RUN, nodes=2)
+    assert plan.excluded == {"gpu-002": "4 GPUs, fewer than the 8 of [launch] gpus_per_node"}
+    production.request_gres = False  # no GPUs asked for: a CPU-only partition is fine
+    assert plan_layout(production, job(), nodes, set(), {}, run_id="r1", run_dir=RUN, nodes=2).excluded == {}
+
+
 def test_unsafe_run_directory_is_refused(production: LaunchSection) -> None:
     with pytest.raises(UsageError, match=r"run directory"):
         plan_layout(production, job(), partition(64), set(), {}, run_id="r1",

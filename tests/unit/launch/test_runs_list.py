@@ -84,10 +84,13 @@ def test_states_from_the_files_alone(tmp_path: Path) -> None:
 def test_newest_first_and_only_run_directories(tmp_path: Path) -> None:
     make_run(tmp_path, "old", started=100.0)
     make_run(tmp_path, "new", started=200.0)
-    make_run(tmp_path, "submitted", ledger=slurm(submitted_at=150.0, final_state="FAILED"))
+    make_run(tmp_path, "submitted", ledger=slurm(submitted_at=150.0, final_state="FAILED",
+                                                 failure="srun could not create a job step: x"))
     (tmp_path / "not-a-run").mkdir()
     (tmp_path / "stray.txt").write_text("x")
-    assert [r.run_id for r in list_runs(tmp_path)] == ["new", "submitted", "old"]
+    rows = list_runs(tmp_path)
+    assert [r.run_id for r in rows] == ["new", "submitted", "old"]
+    assert rows[1].note == "srun could not create a job step: x"  # the cause `opsctl watch` found
 
 
 def test_damaged_runs_are_listed_with_what_could_not_be_read(tmp_path: Path) -> None:
