@@ -107,6 +107,10 @@ class InferenceConfig:
     # Seconds one completion request may take; a request without an answer by then is a transport
     # failure, retried as orchestrator.request_attempts says.
     request_timeout_s: float = 600.0
+    # Times an inference server that dies (killed, crashed) is started again within one attempt of the
+    # job; meanwhile its requests fail over to the other replicas, and it rejoins with the current
+    # policy. One more death ends the attempt.
+    max_restarts: int = 3
     # Built-in engine: keep a KV cache across decode steps (false recomputes the whole prefix).
     kv_cache: bool = True
 
@@ -135,10 +139,15 @@ class OrchestratorConfig:
     eval_at_end: bool = True  # also evaluate the final policy after the last step (with eval_size > 0)
     threads: int = 1  # torch CPU threads of the orchestrator process
     # A rollout or eval request that fails in transport (no answer) or with 502/503/504 is tried this
-    # many times on its inference replica, then as often on each other replica; the job fails only
-    # when every replica has failed. Other errors (4xx, malformed answers) fail at once.
+    # many times on its inference replica, then as often on each other replica. Other errors (4xx,
+    # malformed answers) fail at once.
     request_attempts: int = 3
     request_backoff_s: float = 0.5  # wait before a replica's second try; doubles per try, at most 10 s
+    # A replica that failed every try is tried only after the others for this long, then in turn
+    # again; before its next request it is given the current weights (it may have restarted).
+    replica_cooldown_s: float = 30.0
+    # When every replica fails, a request waits this long for one to come back before the job fails.
+    replica_wait_s: float = 600.0
     # "continuous": each group is its own request, up to max_inflight_groups per server, refilled
     # as each finishes; "batch": one request per server per batch, waiting for its slowest
     # completion. "auto": continuous on vLLM, whose decode step costs about the same for 1 or 128
@@ -339,10 +348,15 @@ def validate(cfg: JobConfig) -> None:
                        ("trainer.rollout_wait_s", cfg.trainer.rollout_wait_s)):
         if not value > 0:
             raise ConfigError(f"{key}: must be > 0")
+    if cfg.inference.max_restarts < 0:
+        raise ConfigError("inference.max_restarts: must be >= 0")
     if cfg.orchestrator.request_attempts < 1:
         raise ConfigError("orchestrator.request_attempts: must be >= 1")
-    if cfg.orchestrator.request_backoff_s < 0:
-        raise ConfigError("orchestrator.request_backoff_s: must be >= 0")
+    for key, value in (("orchestrator.request_backoff_s", cfg.orchestrator.request_backoff_s),
+                       ("orchestrator.replica_cooldown_s", cfg.orchestrator.replica_cooldown_s),
+                       ("orchestrator.replica_wait_s", cfg.orchestrator.replica_wait_s)):
+        if value < 0:
+            raise ConfigError(f"{key}: must be >= 0")
     if cfg.orchestrator.eval_samples < 1:
         raise ConfigError("orchestrator.eval_samples: must be >= 1")
     if cfg.orchestrator.eval_temperature < 0:

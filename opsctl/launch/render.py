@@ -48,6 +48,7 @@ class ScriptParams:
     ib_sysfs: str = "/sys/class/infiniband"
     nccl_socket_ifname: str = ""
     vllm: VllmParams | None = None  # None: the built-in inference server
+    inference_restarts: int = 3  # inference.max_restarts
 
 
 def render_script(params: ScriptParams) -> str:

@@ -201,6 +201,7 @@ def plan_layout(
         nccl_socket_ifname=(_check_safe("launch.nccl_socket_ifname", settings.nccl_socket_ifname)
                             if settings.nccl_socket_ifname else ""),
         vllm=vllm_params(settings, job_config, job_dir),
+        inference_restarts=job_config.inference.max_restarts,
     )
     return LaunchPlan(
         run_id=run_id,

@@ -18,6 +18,7 @@ Threads sharing one lock:
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import statistics
 import threading
@@ -34,7 +35,7 @@ from training.common import seed_all, set_threads
 from training.config import JobConfig, load_config
 from training.envs import Environment, load_environment, prompt_ids
 from training.fsutil import COMMITTED, STABLE, latest_step, publish_dir, step_dirs
-from training.inference.client import CancelHandle, Completion, OpenAICompatClient
+from training.inference.client import CancelHandle, Completion, OpenAICompatClient, ServerError
 from training.metrics import Metrics
 from training.model import load_tokenizer
 from training.orchestrator.batch import (
@@ -47,7 +48,7 @@ from training.orchestrator.batch import (
     shard,
     to_samples,
 )
-from training.orchestrator.failover import call_with_failover
+from training.orchestrator.failover import Replicas, call_with_failover, transient
 from training.orchestrator.scheduler import GroupFilter, RolloutScheduler
 from training.rundir import RunDir
 
@@ -68,6 +69,14 @@ def continuous_schedule(cfg: JobConfig) -> bool:
     if oc.scheduling == "auto":
         return cfg.inference.backend == "vllm"
     return oc.scheduling == "continuous"
+
+
+def announced_url(run: RunDir, replica: int) -> str:
+    """The address replica `replica` last announced in peers/, "" while it has none readable."""
+    try:
+        return str(json.loads((run.peers / f"inference-{replica}.json").read_text())["url"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
 
 
 class Orchestrator:
@@ -95,6 +104,8 @@ class Orchestrator:
         self.error: BaseException | None = None
         self.pool = ThreadPoolExecutor(max_workers=max(1, len(clients)))
         oc = self.oc
+        self.replicas = Replicas(len(clients), oc.replica_cooldown_s)
+        self._sync_locks = [threading.Lock() for _ in clients]
         self.sched = RolloutScheduler(
             servers=len(clients),
             sampler=self.sampler,
@@ -184,14 +195,12 @@ class Orchestrator:
 
         def part_request(k: int, part: list[int]) -> list[list[Completion]]:
             def complete(replica: int) -> list[list[Completion]]:
-                return self.clients[replica].complete(
+                return self.ready(replica).complete(
                     [prompts[i] for i in part], n, self.cfg.inference.max_tokens, temperature, seed + k,
                     stop=self.stop_strings,
                 )
 
-            return call_with_failover(
-                complete, k, len(self.clients), self.oc.request_attempts, self.oc.request_backoff_s
-            )
+            return self.failover(complete, k)
 
         futures = [self.pool.submit(part_request, k, part) for k, part in enumerate(parts) if part]
         out: dict[int, list[Completion]] = {}
@@ -209,14 +218,57 @@ class Orchestrator:
         inf = self.cfg.inference
 
         def complete(replica: int) -> list[list[Completion]]:
-            return self.clients[replica].complete(
+            return self.ready(replica).complete(
                 prompts, self.oc.group_size, inf.max_tokens, inf.temperature, seed,
                 stop=self.stop_strings, cancel=cancel,
             )
 
-        return call_with_failover(
-            complete, server, len(self.clients), self.oc.request_attempts, self.oc.request_backoff_s
-        )
+        return self.failover(complete, server)
+
+    # -- replicas -------------------------------------------------------------------------------
+    def failover(
+        self, complete: Callable[[int], list[list[Completion]]], first: int
+    ) -> list[list[Completion]]:
+        oc = self.oc
+        return call_with_failover(complete, first, self.replicas, oc.request_attempts, oc.request_backoff_s,
+                                  oc.replica_wait_s)
+
+    def ready(self, replica: int) -> OpenAICompatClient:
+        """The replica's client; one that failed since its weights were last loaded is first found
+        again (a restarted built-in server announces a new port) and given the policy the others
+        serve, so that it rejoins without serving its starting weights."""
+        if self.replicas.stale(replica):
+            with self._sync_locks[replica]:
+                if self.replicas.stale(replica):
+                    self._resync(replica)
+        return self.clients[replica]
+
+    def _resync(self, replica: int) -> None:
+        if not self.cfg.inference.urls:
+            url = announced_url(self.run, replica)
+            if url and url != self.clients[replica].base_url:
+                log.info("replica %d is now at %s", replica, url)
+                self.clients[replica] = OpenAICompatClient.from_config(url, self.cfg.inference)
+        loaded = 0
+        while (version := self.loaded_version) > loaded:  # again if a newer one came meanwhile
+            self.clients[replica].update_weights(str(self.run.step(self.run.weights, version)), version)
+            log.info("replica %d loaded policy version %d", replica, version)
+            loaded = version
+        self.replicas.synced(replica)
+
+    def update_replicas(self, path: str, version: int) -> None:
+        """Load a new policy into every replica that answers; one that does not is marked down and
+        is given the then-current policy when it rejoins. Other errors end the job."""
+        live = [r for r in range(len(self.clients)) if not self.replicas.stale(r)]
+        futures = {r: self.pool.submit(self.clients[r].update_weights, path, version) for r in live}
+        for replica, fut in futures.items():
+            try:
+                fut.result()
+            except ServerError as exc:
+                if not transient(exc):
+                    raise
+                log.warning("replica %d did not take policy version %d: %s", replica, version, exc)
+                self.replicas.failed(replica)
 
     def score(self, index: int, comps: list[Completion], fallback_version: int) -> RolloutGroup:
         task = self.env.dataset[index]
@@ -254,9 +306,7 @@ class Orchestrator:
             if latest is not None and latest > self.loaded_version:
                 path = str(self.run.step(self.run.weights, latest))
                 t0 = time.perf_counter()
-                futures = [self.pool.submit(c.update_weights, path, latest) for c in self.clients]
-                for f in futures:
-                    f.result()
+                self.update_replicas(path, latest)
                 with self.cv:
                     self.loaded_version = latest
                     self.last_update_s = time.perf_counter() - t0

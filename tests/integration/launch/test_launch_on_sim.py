@@ -4,6 +4,9 @@ CPU training job: a clean run, a node death mid-run with --remediate, and bad in
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -36,33 +39,63 @@ def finish(proc: subprocess.Popen[str], timeout: float) -> int:
         raise
 
 
+def announced_pid(run: Path, server: int) -> int:
+    try:
+        return int(json.loads((run / "peers" / f"inference-{server}.json").read_text())["pid"])
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
 def test_launch_and_watch_to_completion(launch_env: LaunchEnv, tmp_path: Path) -> None:
+    """A clean run on 3 nodes (2 inference servers) during which the inference servers are killed:
+    server 1 first (its requests fail over to server 0 and the run goes on), then server 0 (no
+    replica left: requests wait). Each is started again inside the job and rejoins with the current
+    policy; the run completes in its first attempt, without a requeue."""
     run = launch_env.root / "runs" / "clean"
-    out = launch_env.launch(run, "-o", "trainer.steps=8", "-o", "trainer.checkpoint_every=3")
+    out = launch_env.launch(run, "--nodes", "3", "--inference-nodes", "2", "-o", "trainer.steps=60",
+                            "-o", "trainer.checkpoint_every=20", "-o", "orchestrator.replica_cooldown_s=1")
     assert out.returncode == 0, out.stderr
     assert "submitted job" in out.stdout
     log = tmp_path / "watch.jsonl"
     watch = launch_env.watch(run, log=log)
+    orchestrator = run / "logs" / "attempt-0" / "orchestrator.log"
     try:
+        wait_for(lambda: any(s >= 2 for s in trainer_steps(run / "metrics.jsonl")), 240, "step 2")
+        killed = {server: announced_pid(run, server) for server in (1, 0)}
+        os.kill(killed[1], signal.SIGKILL)
+        wait_for(lambda: "replica 1 is down" in orchestrator.read_text(), 60, "replica 1 to be marked down")
+        at = max(trainer_steps(run / "metrics.jsonl"))
+        wait_for(lambda: max(trainer_steps(run / "metrics.jsonl")) > at, 60, "a step served by replica 0")
+        os.kill(killed[0], signal.SIGKILL)
         assert finish(watch, 300) == 0, log.read_text()[-2000:]
     finally:
         if watch.poll() is None:
             watch.kill()
+    assert all(announced_pid(run, server) not in (0, pid) for server, pid in killed.items())
+    logs = run / "logs" / "attempt-0"
+    for server in (0, 1):
+        assert "inference server exited 137; restart 1 of 3" in (logs / f"inference-{server}.log").read_text()
+    # The first server back rejoins (the run could not finish without one), loaded with the policy
+    # version the run had reached rather than the starting weights its restart loaded.
+    text = orchestrator.read_text()
+    rejoined = re.findall(r"replica (\d) answers again and rejoins", text)
+    assert rejoined, text[-3000:]
+    assert re.search(rf"replica {rejoined[0]} loaded policy version [1-9]", text), text[-3000:]
     updates = read_updates(log)
     assert updates[-1]["final_state"] == "COMPLETED"
     fields = {"step", "reward", "tokens_per_s", "off_policy_lag", "last_checkpoint", "nodes", "attempts"}
     assert fields <= set(updates[-1])
-    assert any(u["job_state"] == "RUNNING" and len(u["nodes"]) == 2 for u in updates)
+    assert any(u["job_state"] == "RUNNING" and len(u["nodes"]) == 3 for u in updates)
     led = load_ledger(run)
     assert led.final_state == "COMPLETED" and len(led.job_ids) == 1
     got = [(a.attempt, a.state, a.exit_code, a.resume_step) for a in led.attempts]
     assert got == [(0, "COMPLETED", 0, 0)]
-    assert len(led.attempts[0].nodes) == 2
+    assert len(led.attempts[0].nodes) == 3
     # the last update still shows where the run ran (the demo's table was empty), judging nothing
     assert sorted(n["name"] for n in updates[-1]["nodes"]) == sorted(led.attempts[0].nodes)
     assert not [n for n in updates[-1]["nodes"] if n["failed"]]
-    assert led.checkpoints == [3, 6] and led.last_step == 7
-    assert trainer_steps(run / "metrics.jsonl") == list(range(8))
+    assert led.checkpoints[-1] == 40 and led.last_step == 59
+    assert trainer_steps(run / "metrics.jsonl") == list(range(60))
     assert (run / "logs" / "attempt-0" / "trainer-0.log").exists()
     assert (run / "logs" / "attempt-0" / "inference-0.log").exists()
     # `opsctl runs list` finds it under the config's runs_dir, from the files the run wrote
@@ -70,7 +103,7 @@ def test_launch_and_watch_to_completion(launch_env: LaunchEnv, tmp_path: Path) -
     assert listed.returncode == 0, listed.stderr
     (row,) = [r for r in json.loads(listed.stdout)["runs"] if r["run_id"] == "clean"]
     assert (row["launcher"], row["state"], row["steps_done"], row["steps"], row["attempts"]) == (
-        "slurm", "COMPLETED", 8, 8, 1)
+        "slurm", "COMPLETED", 60, 60, 1)
     assert set(row["rewards"]) == {"arithmetic"}, row
 
 

@@ -30,6 +30,12 @@ def test_tp8_is_one_replica_per_node_on_all_its_gpus(production: LaunchSection) 
     assert "training.inference --run-dir" not in text  # the built-in server is not started
 
 
+def serve_loop(text: str) -> str:
+    loop = re.search(r"^export SERVE='(.*?)'$", text, re.DOTALL | re.MULTILINE)
+    assert loop is not None
+    return loop.group(1)
+
+
 def test_replica_gpu_groups_cover_the_node_once(production: LaunchSection) -> None:
     # The per-task program of the rendered srun line, run as Slurm would for each local rank (tp=2).
     text = script(production, "inference.tensor_parallel_size=2")
@@ -40,6 +46,7 @@ def test_replica_gpu_groups_cover_the_node_once(production: LaunchSection) -> No
                         "sh", "--model", "m"],
                        capture_output=True, text=True, check=True,
                        env={"SLURM_LOCALID": str(r), "VLLM_TP": "2", "VLLM_PORT": "8000",
+                            "SERVE": serve_loop(text), "MAX_RESTARTS": "0",
                             "PATH": "/usr/bin:/bin"}).stdout.strip()
         for r in range(4)
     ]
@@ -60,3 +67,28 @@ def test_external_servers_are_not_started_by_the_job(production: LaunchSection) 
 def test_vllm_args_are_quoted(production: LaunchSection) -> None:
     text = script(production, 'inference.vllm_args=["--override-generation-config", "{\\"x\\": 1}"]')
     assert "--override-generation-config '{\"x\": 1}' &" in text
+
+
+def test_an_inference_server_that_dies_is_started_again_up_to_max_restarts(
+    production: LaunchSection, tmp_path: Path
+) -> None:
+    """The loop every inference server runs under, as rendered: a death (SIGKILL here) starts the
+    server again; a clean exit ends the loop with 0; one death more than inference.max_restarts
+    ends it with the server's status (srun's --kill-on-bad-exit then ends the attempt)."""
+    text = script(production, "inference.max_restarts=2")
+    assert "export MAX_RESTARTS=2\n" in text
+    starts = tmp_path / "starts"
+    # Killed on its first two starts, then a clean exit.
+    server = f'echo x >> {starts}; [ "$(wc -l < {starts})" -gt 2 ] && exit 0; kill -9 $$'
+
+    def serve(restarts: int) -> subprocess.CompletedProcess[str]:
+        starts.unlink(missing_ok=True)
+        return subprocess.run(["bash", "-c", serve_loop(text), "inference", "bash", "-c", server],
+                              capture_output=True, text=True, timeout=60, check=False,
+                              env={"MAX_RESTARTS": str(restarts), "PATH": "/usr/bin:/bin"})
+
+    done = serve(2)
+    assert done.returncode == 0 and starts.read_text().count("x") == 3, done.stderr
+    assert "inference server exited 137; restart 2 of 2" in done.stderr
+    gave_up = serve(1)
+    assert gave_up.returncode == 137 and starts.read_text().count("x") == 2

@@ -57,6 +57,7 @@ class FakeVLLM:
         self.name = served_model_name
         self.requests: list[dict[str, Any]] = []
         self.fail_next: list[int] = []  # HTTP statuses the next completion requests get instead
+        self.loaded: list[tuple[str, int]] = []  # POST /update_weights (opsctl's route), in order
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -83,6 +84,10 @@ class FakeVLLM:
                 n = int(self.headers.get("Content-Length") or 0)
                 try:
                     body = json.loads(self.rfile.read(n))
+                    if self.path == "/update_weights":
+                        fake.loaded.append((body["weight_dir"], body["version"]))
+                        self._send(200, {"version": body["version"]})
+                        return
                     if self.path != "/v1/completions":
                         self._send(404, {"detail": "Not Found"})
                         return
