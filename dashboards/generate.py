@@ -315,6 +315,12 @@ def rl_run() -> d.Dashboard:
         ts("Loss and grad norm", "The trainer's loss and gradient norm.", "none",
            q(f'opsctl_train_loss{{component="trainer",{RUN}}}', "{{run}} loss"),
            q(f'opsctl_train_grad_norm{{component="trainer",{RUN}}}', "{{run}} grad norm", ref="B")),
+        ts("Held-out accuracy", "The last evaluation of each [eval] environment on its held-out split "
+           "(before step 0, every eval.every steps, at the end), and pass@k for eval.pass_k; "
+           "metrics.jsonl has each one's step and policy version.", "percentunit",
+           q(f'opsctl_train_eval_accuracy{{component="orchestrator",{RUN}}}', "{{run}} {{env}}"),
+           q(f'opsctl_train_eval_pass_at_k{{component="orchestrator",{RUN}}}', "{{run}} {{env}} pass@{{k}}",
+             ref="B")),
     ):  # fmt: skip
         dash = dash.with_panel(panel)
     return dash

@@ -35,7 +35,7 @@ FAULTS = {
 }
 # A short RL run that keeps running (and checkpointing) while Prometheus scrapes it.
 TRAINING = [
-    "sft.steps=20", "sft.num_demos=64", "orchestrator.eval_size=0", "orchestrator.batch_groups=4",
+    "sft.steps=20", "sft.num_demos=64", "eval.size=4", "orchestrator.batch_groups=4",
     "orchestrator.group_size=4", "inference.max_tokens=4", "trainer.steps=100000",
     "trainer.checkpoint_every=5", "env.kwargs={digits = 2, num_train = 400, num_eval = 20}",
 ]  # fmt: skip

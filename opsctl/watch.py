@@ -23,6 +23,7 @@ from opsctl.launch.joblog import failure_cause
 from opsctl.launch.ledger import Attempt, Remediation, find_run, load_ledger, read_attempts
 from opsctl.launch.quarantine import Quarantine
 from opsctl.launch.resize import Resize, resubmit_size
+from opsctl.launch.runs import EvalPoint
 from opsctl.launch.settings import LaunchSection
 from opsctl.model import Job, Node
 from opsctl.nodeset import fold
@@ -159,20 +160,21 @@ def sparklines(snap: Snapshot) -> str:
     return "  ".join(parts)
 
 
-def reward_curve(path: Path, points: int = 8) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+Curve = list[tuple[int, float]]
+
+
+def reward_curve(path: Path, points: int = 8) -> tuple[Curve, dict[str, Curve]]:
     """The run's learning curve from metrics.jsonl: the orchestrator's mean training reward,
     averaged into at most `points` bins of consecutive steps (each labelled with its last step),
-    and every held-out evaluation as (step, accuracy). A step an attempt redid after a resume
-    counts once, as the later attempt logged it (the earlier one's work past the checkpoint is gone)."""
+    and every held-out evaluation as (step, accuracy) per evaluated environment ("" for records
+    that name none). A step an attempt redid after a resume counts once, as the later attempt
+    logged it (the earlier one's work past the checkpoint is gone)."""
     by_step: dict[int, float] = {}
-    evals_by_step: dict[int, float] = {}
     for rec in metrics_records(path):
-        if rec.get("event") == "eval" and "eval_accuracy" in rec:
-            evals_by_step[int(rec["step"])] = float(rec["eval_accuracy"])
-        elif (reward := _reward(rec)) is not None and "step" in rec:
+        if rec.get("event") != "eval" and (reward := _reward(rec)) is not None and "step" in rec:
             by_step[int(rec["step"])] = float(reward)
     rewards = sorted(by_step.items())
-    evals = sorted(evals_by_step.items())
+    evals = {env: [(p.step, p.accuracy) for p in points] for env, points in eval_history(path).items()}
     if not rewards:
         return [], evals
     size = -(-len(rewards) // points)  # ceil: at most `points` bins
@@ -181,6 +183,19 @@ def reward_curve(path: Path, points: int = 8) -> tuple[list[tuple[int, float]], 
         chunk = rewards[i : i + size]
         binned.append((chunk[-1][0], sum(r for _, r in chunk) / len(chunk)))
     return binned, evals
+
+
+def eval_history(path: Path) -> dict[str, list[EvalPoint]]:
+    """Every held-out evaluation in metrics.jsonl by environment ("" where a record names none), in
+    step order; a step evaluated again after a resume counts as the later attempt logged it."""
+    by_env: dict[str, dict[int, EvalPoint]] = {}
+    for rec in metrics_records(path):
+        if rec.get("event") == "eval" and isinstance(rec.get("eval_accuracy"), int | float) and "step" in rec:
+            version = rec.get("policy_version")
+            point = EvalPoint(int(rec["step"]), float(rec["eval_accuracy"]),
+                              version if isinstance(version, int) else None)
+            by_env.setdefault(str(rec.get("env") or ""), {})[point.step] = point
+    return {env: [points[s] for s in sorted(points)] for env, points in sorted(by_env.items())}
 
 
 def trainer_steps(path: Path) -> list[int]:
@@ -289,6 +304,8 @@ class Watcher:
         ckpts = committed_checkpoints(self.run_dir)
         self.ledger.checkpoints = ckpts
         self.ledger.last_step = metrics["step"]
+        self.ledger.evals = {env: [asdict(p) for p in points]
+                             for env, points in eval_history(self.run_dir / "metrics.jsonl").items()}
         snap = Snapshot(
             time=round(time.time(), 3),
             run_id=self.ledger.run_id,
@@ -464,9 +481,9 @@ class Watcher:
         if curve:
             lines.append("  training reward (mean, by step): "
                          + "  ".join(f"{step}:{reward:.2f}" for step, reward in curve))
-        if evals:
-            lines.append("  held-out accuracy (by step):     "
-                         + "  ".join(f"{step}:{acc:.2f}" for step, acc in evals))
+        for env, points in evals.items():
+            label = f"held-out accuracy{f' of {env}' if env else ''} (by step):"
+            lines.append(f"  {label:<33}" + "  ".join(f"{step}:{acc:.2f}" for step, acc in points))
         return "\n".join(lines)
 
 

@@ -5,7 +5,7 @@ sys.path through its conftest.py.)"""
 TINY_JOB = [
     "sft.steps=20",
     "sft.num_demos=64",
-    "orchestrator.eval_size=0",
+    "eval.size=0",
     "orchestrator.batch_groups=4",
     "orchestrator.group_size=4",
     "inference.max_tokens=4",

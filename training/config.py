@@ -131,12 +131,6 @@ class OrchestratorConfig:
     # attention with a dense block-diagonal mask costs the square of the row width.
     pack_row_tokens: int = 256
     normalize_adv_std: bool = False  # divide advantages (reward - group mean) by the group's reward std
-    # Held-out problems evaluated (the first eval_size of the eval split) before step 0 (not on
-    # resume) and, with eval_at_end, after the last step; 0: no eval.
-    eval_size: int = 200
-    eval_samples: int = 1  # completions per eval problem; accuracy is the mean over all
-    eval_temperature: float = 0.0  # sampling temperature of eval completions; 0: greedy
-    eval_at_end: bool = True  # also evaluate the final policy after the last step (with eval_size > 0)
     threads: int = 1  # torch CPU threads of the orchestrator process
     # A rollout or eval request that fails in transport (no answer) or with 502/503/504 is tried this
     # many times on its inference replica, then as often on each other replica. Other errors (4xx,
@@ -165,6 +159,24 @@ class OrchestratorConfig:
     too_hard_mean_reward: float = 0.0  # filter_too_hard: groups with mean reward <= this are dropped
     # Completions cut off at max_tokens (finish_reason "length") get zero loss weight.
     mask_truncated: bool = True
+
+
+@dataclass
+class EvalConfig:
+    # Environments evaluated on their held-out split (registered names, their default kwargs; the
+    # training environment's name means it with env.kwargs); empty: the training environment.
+    envs: list[str] = field(default_factory=list)
+    size: int = 200  # problems per environment (the first `size` of its eval split); 0: no eval
+    samples: int = 1  # completions per problem; accuracy is the mean over all of them
+    temperature: float = 0.0  # sampling temperature of eval completions; 0: greedy
+    # pass@k for each k (at most `samples`): the chance that one of k of a problem's completions is
+    # right, estimated without bias from all `samples` (pass@1 is the accuracy).
+    pass_k: list[int] = field(default_factory=list)
+    # Also every N trainer steps, on the policy the servers hold then, in the background beside the
+    # rollouts (the trainer does not wait); 0: only before step 0 and at the end.
+    every: int = 0
+    at_start: bool = True  # before step 0 (not on resume)
+    at_end: bool = True  # after the last step, on the final policy
 
 
 @dataclass
@@ -214,6 +226,7 @@ class JobConfig:
     sft: SFTConfig = field(default_factory=SFTConfig)
     inference: InferenceConfig = field(default_factory=InferenceConfig)
     orchestrator: OrchestratorConfig = field(default_factory=OrchestratorConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
@@ -357,12 +370,7 @@ def validate(cfg: JobConfig) -> None:
                        ("orchestrator.replica_wait_s", cfg.orchestrator.replica_wait_s)):
         if value < 0:
             raise ConfigError(f"{key}: must be >= 0")
-    if cfg.orchestrator.eval_samples < 1:
-        raise ConfigError("orchestrator.eval_samples: must be >= 1")
-    if cfg.orchestrator.eval_temperature < 0:
-        raise ConfigError("orchestrator.eval_temperature: must be >= 0")
-    if cfg.orchestrator.eval_size < 0:
-        raise ConfigError("orchestrator.eval_size: must be >= 0")
+    _validate_eval(cfg.eval)
     if not 0 <= cfg.sft.target_accuracy <= 1:
         raise ConfigError(f"sft.target_accuracy: must be in [0, 1], got {cfg.sft.target_accuracy}")
     if cfg.sft.check_every < 1 or cfg.sft.check_size < 1:
@@ -403,6 +411,20 @@ def validate(cfg: JobConfig) -> None:
 
     if cfg.env.name not in REGISTRY:
         raise ConfigError(f"env.name: {cfg.env.name!r} is not one of {sorted(REGISTRY)}")
+
+
+def _validate_eval(ec: EvalConfig) -> None:
+    if ec.samples < 1:
+        raise ConfigError("eval.samples: must be >= 1")
+    for key, value in (("eval.temperature", ec.temperature), ("eval.size", ec.size),
+                       ("eval.every", ec.every)):
+        if value < 0:
+            raise ConfigError(f"{key}: must be >= 0")
+    bad = [k for k in ec.pass_k if not 1 <= k <= ec.samples]
+    if bad:
+        raise ConfigError(f"eval.pass_k: {bad[0]} is not between 1 and eval.samples ({ec.samples})")
+    if len(set(ec.envs)) != len(ec.envs):
+        raise ConfigError("eval.envs: an environment is named twice")
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> JobConfig:

@@ -62,6 +62,11 @@ class Metrics:
             buckets=LAG_BUCKETS,
         )
         self.registry.register(CheckpointCollector(run, component))
+        # Held-out evaluation by environment (eval_gauges); eval records set no unlabelled gauges.
+        self._eval_accuracy = Gauge("opsctl_train_eval_accuracy", "Held-out accuracy of the last evaluation",
+                                    ["component", "env"], registry=self.registry)
+        self._eval_pass = Gauge("opsctl_train_eval_pass_at_k", "Held-out pass@k of the last evaluation",
+                                ["component", "env", "k"], registry=self.registry)
         self._fd = os.open(run.metrics, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.port: int | None = None
         self._server: Any = None
@@ -95,9 +100,16 @@ class Metrics:
     def log(self, record: dict[str, Any]) -> None:
         line = {"time": round(time.time(), 3), "component": self.component, **record}
         os.write(self._fd, (json.dumps(line, sort_keys=True) + "\n").encode())
+        if record.get("event") == "eval":
+            return  # per environment: eval_gauges
         for k, v in record.items():
             if isinstance(v, int | float) and not isinstance(v, bool):
                 self.gauge(k, float(v))
+
+    def eval_gauges(self, env: str, accuracy: float, pass_at: dict[int, float]) -> None:
+        self._eval_accuracy.labels(self.component, env).set(accuracy)
+        for k, value in pass_at.items():
+            self._eval_pass.labels(self.component, env, str(k)).set(value)
 
     def close(self) -> None:
         os.close(self._fd)

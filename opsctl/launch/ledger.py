@@ -56,6 +56,8 @@ class Ledger:
     final_state: str = ""  # COMPLETED | FAILED | GAVE_UP | CANCELLED | "" while running
     last_step: int | None = None
     failure: str = ""  # why the job failed where its own log says so (opsctl.launch.joblog)
+    # held-out evaluations by environment: {step, accuracy, policy_version}, in step order
+    evals: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

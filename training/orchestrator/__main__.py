@@ -48,6 +48,7 @@ from training.orchestrator.batch import (
     shard,
     to_samples,
 )
+from training.orchestrator.evaluation import EvalResult, eval_environments, evaluate_env
 from training.orchestrator.failover import Replicas, call_with_failover, transient
 from training.orchestrator.scheduler import GroupFilter, RolloutScheduler
 from training.rundir import RunDir
@@ -105,6 +106,9 @@ class Orchestrator:
         self.pool = ThreadPoolExecutor(max_workers=max(1, len(clients)))
         oc = self.oc
         self.replicas = Replicas(len(clients), oc.replica_cooldown_s)
+        self.eval_envs = eval_environments(cfg, env) if cfg.eval.size else []
+        self.eval_pool = ThreadPoolExecutor(max_workers=max(1, len(clients)), thread_name_prefix="eval")
+        self._eval_thread: threading.Thread | None = None
         self._sync_locks = [threading.Lock() for _ in clients]
         self.sched = RolloutScheduler(
             servers=len(clients),
@@ -186,7 +190,8 @@ class Orchestrator:
         return prompt_ids(self.tok, prompt)
 
     def generate(
-        self, indices: list[int], n: int, temperature: float, seed: int, dataset: Any = None
+        self, indices: list[int], n: int, temperature: float, seed: int, dataset: Any = None,
+        pool: ThreadPoolExecutor | None = None,
     ) -> list[tuple[int, list[Completion]]]:
         data = dataset if dataset is not None else self.env.dataset
         prompts = [self._prompt_ids(data[i].prompt) for i in indices]
@@ -202,7 +207,7 @@ class Orchestrator:
 
             return self.failover(complete, k)
 
-        futures = [self.pool.submit(part_request, k, part) for k, part in enumerate(parts) if part]
+        futures = [(pool or self.pool).submit(part_request, k, part) for k, part in enumerate(parts) if part]
         out: dict[int, list[Completion]] = {}
         for part, fut in zip([p for p in parts if p], futures, strict=True):
             for i, comps in zip(part, fut.result(), strict=True):
@@ -344,36 +349,42 @@ class Orchestrator:
         )
         return loss_tokens
 
-    def evaluate(self, tag_step: int) -> float:
-        """Held-out accuracy: mean exact-answer rate over eval_samples completions per task, at
-        eval_temperature (0 = greedy)."""
-        data = self.env.eval_dataset[: self.oc.eval_size]
-        if not data:
-            return float("nan")
-        n = self.oc.eval_samples
-        results = self.generate(
-            list(range(len(data))), n, self.oc.eval_temperature, self.cfg.seed + 17, dataset=data
-        )
-        correct = 0
-        for i, comps in results:
-            for c in comps:
-                text = self.tok.decode(c.tokens, skip_special_tokens=True)
-                correct += int(self.env.parser.parse_answer(text) == data[i].answer)
-        acc = correct / (len(data) * n)
-        self.metrics.log(
-            {
-                "event": "eval",
-                "step": tag_step,
-                "policy_version": self.loaded_version,
-                "eval_accuracy": acc,
-                "eval_size": len(data),
-                "eval_samples": n,
-                "eval_temperature": self.oc.eval_temperature,
-                "env": self.env.name,
-            }
-        )
-        log.info("eval at step %d (policy %d): accuracy %.3f", tag_step, self.loaded_version, acc)
-        return acc
+    def evaluate(self, tag_step: int) -> list[EvalResult]:
+        """Held-out evaluation of every [eval] environment on the policy the servers hold now; each
+        result goes to metrics.jsonl and the env-labelled gauges. Its requests use a pool of their
+        own, so weight updates never queue behind an evaluation running beside the rollouts."""
+        ec = self.cfg.eval
+        results = []
+        for env in self.eval_envs:
+
+            def generate(indices: list[int], n: int, temperature: float, seed: int, data: Any) -> Any:
+                return self.generate(indices, n, temperature, seed, dataset=data, pool=self.eval_pool)
+
+            result = evaluate_env(env, ec, generate, self._decode, tag_step, self.cfg.seed + 17,
+                                  self.loaded_version)
+            if result is None:
+                continue
+            self.metrics.log(result.record())
+            self.metrics.eval_gauges(result.env, result.accuracy, result.pass_at)
+            log.info("eval of %s at step %d (policy %d): accuracy %.3f", result.env, tag_step,
+                     result.policy_version, result.accuracy)
+            results.append(result)
+        return results
+
+    def _decode(self, tokens: list[int]) -> str:
+        return str(self.tok.decode(tokens, skip_special_tokens=True))
+
+    def evaluate_in_background(self, tag_step: int) -> None:
+        """An [eval] every-N-steps evaluation beside the rollouts; skipped (and logged) while the
+        previous one still runs, so evaluations never pile up behind a slow server."""
+        if self._eval_thread is not None and self._eval_thread.is_alive():
+            log.warning("eval at step %d skipped: the one before is still running", tag_step)
+            return
+        def run() -> None:
+            self.evaluate(tag_step)
+
+        self._eval_thread = threading.Thread(target=self._guard(run), name=f"eval-{tag_step}", daemon=True)
+        self._eval_thread.start()
 
     def wait_version(self, version: int) -> None:
         with self.cv:
@@ -386,7 +397,8 @@ class Orchestrator:
         oc, tc = self.oc, self.cfg.trainer
         threads = [threading.Thread(target=self._guard(self.weight_watcher), name="weights", daemon=True)]
         threads[0].start()
-        if not resume and oc.eval_size:
+        ec = self.cfg.eval
+        if not resume and ec.at_start and self.eval_envs:
             self.evaluate(0)
         threads.append(threading.Thread(target=self._guard(self.sched.run), name="producer", daemon=True))
         threads[1].start()
@@ -403,6 +415,8 @@ class Orchestrator:
                     del self.snapshots[old]
             if self.step > start and self.step % tc.checkpoint_every == 0:
                 self.save_checkpoint(snapshot)
+            if ec.every and self.eval_envs and self.step > 0 and self.step % ec.every == 0:
+                self.evaluate_in_background(self.step)
             groups, lags, dropped = self.sched.take_batch(self.step)
             with self.cv:
                 self.consumed.extend(g.task_id for g in groups)
@@ -464,7 +478,11 @@ class Orchestrator:
             self.done = True
             self.sched.stop()
         threads[1].join(timeout=600)
-        if oc.eval_at_end and oc.eval_size:
+        if self._eval_thread is not None:
+            self._eval_thread.join()
+        if self.error:
+            raise RuntimeError("orchestrator thread failed") from self.error
+        if ec.at_end and self.eval_envs:
             self.done = False  # the watcher must still deliver the final policy
             watcher = threading.Thread(
                 target=self._guard(self.weight_watcher), name="weights-final", daemon=True
@@ -476,6 +494,7 @@ class Orchestrator:
             watcher.join(timeout=10)
         threads[0].join(timeout=10)
         self.pool.shutdown()
+        self.eval_pool.shutdown()
 
 
 def main(argv: list[str] | None = None) -> None:

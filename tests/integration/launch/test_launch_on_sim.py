@@ -53,7 +53,8 @@ def test_launch_and_watch_to_completion(launch_env: LaunchEnv, tmp_path: Path) -
     policy; the run completes in its first attempt, without a requeue."""
     run = launch_env.root / "runs" / "clean"
     out = launch_env.launch(run, "--nodes", "3", "--inference-nodes", "2", "-o", "trainer.steps=60",
-                            "-o", "trainer.checkpoint_every=20", "-o", "orchestrator.replica_cooldown_s=1")
+                            "-o", "trainer.checkpoint_every=20", "-o", "orchestrator.replica_cooldown_s=1",
+                            "-o", "eval.size=4", "-o", "eval.every=20")
     assert out.returncode == 0, out.stderr
     assert "submitted job" in out.stdout
     log = tmp_path / "watch.jsonl"
@@ -105,6 +106,12 @@ def test_launch_and_watch_to_completion(launch_env: LaunchEnv, tmp_path: Path) -
     assert (row["launcher"], row["state"], row["steps_done"], row["steps"], row["attempts"]) == (
         "slurm", "COMPLETED", 60, 60, 1)
     assert set(row["rewards"]) == {"arithmetic"}, row
+    # [eval]: before step 0, every 20 steps beside the rollouts (one may be skipped while the one
+    # before still runs), on the final policy; the watcher copies them into the ledger.
+    evals = led.evals["arithmetic"]
+    assert evals[0]["step"] == 0 and evals[-1]["step"] == 60 and evals[-1]["policy_version"] == 60
+    assert {e["step"] for e in evals[1:-1]} & {20, 40}, evals
+    assert row["evals"]["arithmetic"]["step"] == 60
 
 
 def test_node_death_is_drained_requeued_and_resumed(launch_env: LaunchEnv, tmp_path: Path) -> None:

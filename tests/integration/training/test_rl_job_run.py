@@ -25,7 +25,11 @@ def test_async_bounds_hold_in_a_real_run(tmp_path: Path, jobs) -> None:  # type:
                 "orchestrator.scheduling=continuous",  # "auto" is batch on the built-in engine
                 "trainer.world_size=2",
                 "trainer.checkpoint_every=5",
-                "orchestrator.eval_size=8",
+                "eval.size=8",
+                "eval.samples=2",
+                "eval.pass_k=[1, 2]",
+                "eval.every=4",
+                'eval.envs=["arithmetic", "reverse_text"]',
             ],
         ),
         tmp_path / "launch.log",
@@ -64,8 +68,18 @@ def test_async_bounds_hold_in_a_real_run(tmp_path: Path, jobs) -> None:  # type:
     assert all(r["loss_tokens"] > 0 and r["grad_norm"] >= 0 and "mismatch_kl" in r for r in trainer)
     # 16 short rollouts pack into one micro-batch; the second rank runs a filler (pure padding).
     assert all(r["micro_batches"] == 1 and 0 < r["padding_fraction"] < 0.5 for r in trainer)
+    # [eval]: both environments before step 0, every 4 steps beside the rollouts (one may be skipped
+    # while the one before still runs), and on the final policy.
     evals = [r for r in recs if r.get("event") == "eval"]
-    assert [e["step"] for e in evals] == [0, steps] and evals[-1]["policy_version"] == steps
+    for env in ("arithmetic", "reverse_text"):
+        mine = [e for e in evals if e["env"] == env]
+        assert mine[0]["step"] == 0 and mine[0]["policy_version"] == mine[0]["policy_version_max"] == 0
+        assert mine[-1]["step"] == steps and mine[-1]["policy_version"] == steps
+        assert {e["step"] for e in mine[1:-1]} & {4, 8}, mine
+        for e in mine:
+            assert e["eval_size"] == 8 and e["eval_samples"] == 2
+            assert 0 <= e["eval_accuracy"] == e["eval_pass_at_1"] <= e["eval_pass_at_2"] <= 1
+            assert e["policy_version"] <= e["policy_version_max"] <= steps
 
     # The run directory holds the resolved config, per-process logs, checkpoints and weights.
     cfg = tomllib.loads((out / "config.toml").read_text())

@@ -39,14 +39,15 @@ def test_reward_curve_bins_training_reward_and_keeps_every_eval(tmp_path: Path) 
                                  "reward_mean_arithmetic": step / 10}))
     lines.append('{"component": "orchestrator", "step": 11, "reward_mean_arith')  # being appended
     lines.append(json.dumps({"event": "eval", "step": 10, "eval_accuracy": 0.6}))
+    lines.append(json.dumps({"event": "eval", "step": 5, "env": "reverse_text", "eval_accuracy": 0.1}))
     path = tmp_path / "metrics.jsonl"
     path.write_text("\n".join(lines) + "\n")
     curve, evals = reward_curve(path, points=4)
     # 10 steps in bins of ceil(10/4)=3: steps 1-3, 4-6, 7-9, 10.
     assert [step for step, _ in curve] == [3, 6, 9, 10]
     assert [round(r, 3) for _, r in curve] == [0.2, 0.5, 0.8, 1.0]
-    assert evals == [(0, 0.25), (10, 0.6)]
-    assert reward_curve(tmp_path / "missing.jsonl") == ([], [])
+    assert evals == {"": [(0, 0.25), (10, 0.6)], "reverse_text": [(5, 0.1)]}
+    assert reward_curve(tmp_path / "missing.jsonl") == ([], {})
 
 
 def test_reward_curve_counts_a_step_redone_after_a_resume_once_in_step_order(tmp_path: Path) -> None:
