@@ -62,3 +62,57 @@ def _print_table(rows: list[RunRow]) -> None:
         table.add_row(r.run_id, r.launcher, r.state, step, str(r.attempts or "-"), reward, evals, started,
                       r.note or "")
     listing_console().print(table)
+
+
+@runs.command("export")
+@click.argument("run")
+@click.option("--output", "-o", "output", required=True, type=click.Path(file_okay=False),
+              help="Directory to write (absent or empty).")
+@click.option("--step", type=click.IntRange(min=0), default=None,
+              help="RL policy version to export (default: the newest; the SFT model if RL published none).")
+@click.option("--sft", is_flag=True, help="Export the SFT model (sft/final) instead of an RL version.")
+@click.option("--runs-dir", type=click.Path(file_okay=False), default=None,
+              help="Where a run id is looked up (default: [launch] runs_dir of opsctl.toml).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a line.")
+@click.pass_context
+def export_cmd(ctx: click.Context, run: str, output: str, step: int | None, sft: bool, runs_dir: str | None,
+               as_json: bool) -> None:
+    """Write a run's policy as a Hugging Face model directory, checked by loading it back.
+
+    RUN is a run directory or a run id under the runs directory. Needs the training extra
+    (torch, transformers)."""
+    from dataclasses import asdict
+
+    from opsctl.errors import UsageError
+
+    if sft and step is not None:
+        raise UsageError("--sft and --step name different policies: give one")
+    run_dir = _find_run_dir(ctx, run, runs_dir)
+    try:
+        from training.hf_export import ExportError, export_run
+    except ImportError as exc:
+        raise UsageError(f"runs export needs the training extra (pip install 'opsctl[training]'): "
+                         f"{exc}") from None
+    try:
+        done = export_run(run_dir, Path(output).absolute(), step=step, sft=sft)
+    except ExportError as exc:
+        raise UsageError(str(exc)) from None
+    if as_json:
+        emit_json(asdict(done))
+        return
+    what = "the SFT model" if done.source == "sft" else f"RL policy version {done.step}"
+    click.echo(f"exported {what} of {run_dir} to {done.output} "
+               f"({done.tensors} tensors, loaded back and equal)")
+
+
+def _find_run_dir(ctx: click.Context, run: str, runs_dir: str | None) -> Path:
+    """A run directory (it holds config.toml) or a run id under the runs directory."""
+    from opsctl.errors import UsageError
+
+    direct = Path(run)
+    if (direct / "config.toml").is_file():
+        return direct.absolute()
+    where = Path(runs_dir) if runs_dir is not None else _configured_runs_dir(ctx)
+    if (where / run / "config.toml").is_file():
+        return (where / run).absolute()
+    raise UsageError(f"unknown run {run!r}: no config.toml in {direct} or {where / run}")
