@@ -13,6 +13,7 @@ APT_PACKAGES=(
   prometheus-alertmanager                       # real Alertmanager + amtool (remediation alerts)
   openssh-server openssh-client                 # sshd for the paramiko evidence source
   debootstrap systemd-container iproute2        # the nspawn machine lab
+  chromium                                      # headless browser for the run viewer's tests
 )
 
 missing=()

@@ -215,6 +215,9 @@ class MetricsConfig:
     # Address /metrics binds: a multi-node run binds one the monitoring host reaches (0.0.0.0 or the
     # node's own); the announced URL uses the machine's hostname for 0.0.0.0 or empty.
     host: str = "127.0.0.1"
+    # Rollouts written to rollouts.jsonl per step (prompt, completion, reward and its components,
+    # policy version), one from each of the step's first groups, for `opsctl runs view`; 0: none.
+    rollouts_per_step: int = 8
 
 
 @dataclass
@@ -371,6 +374,8 @@ def validate(cfg: JobConfig) -> None:
         if value < 0:
             raise ConfigError(f"{key}: must be >= 0")
     _validate_eval(cfg.eval)
+    if cfg.metrics.rollouts_per_step < 0:
+        raise ConfigError("metrics.rollouts_per_step: must be >= 0")
     if not 0 <= cfg.sft.target_accuracy <= 1:
         raise ConfigError(f"sft.target_accuracy: must be in [0, 1], got {cfg.sft.target_accuracy}")
     if cfg.sft.check_every < 1 or cfg.sft.check_size < 1:

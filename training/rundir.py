@@ -43,6 +43,10 @@ class RunDir:
         return self.root / "metrics.jsonl"
 
     @property
+    def rollout_samples(self) -> Path:
+        return self.root / "rollouts.jsonl"
+
+    @property
     def logs(self) -> Path:
         return self.root / "logs"
 

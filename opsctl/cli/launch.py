@@ -97,7 +97,8 @@ def rl_run(
     else:
         click.echo(f"run {run.root}: finished")
         for e in info["evals"]:  # type: ignore[attr-defined]
-            click.echo(f"  eval at step {e['step']}: accuracy {e['accuracy']:.3f}")
+            env = f" of {e['env']}" if e.get("env") else ""
+            click.echo(f"  eval{env} at step {e['step']}: accuracy {e['accuracy']:.3f}")
 
 
 def _job_file(job_file: str | None, old_job: str | None) -> str | None:

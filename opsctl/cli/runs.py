@@ -116,3 +116,34 @@ def _find_run_dir(ctx: click.Context, run: str, runs_dir: str | None) -> Path:
     if (where / run / "config.toml").is_file():
         return (where / run).absolute()
     raise UsageError(f"unknown run {run!r}: no config.toml in {direct} or {where / run}")
+
+
+@runs.command("view")
+@click.argument("run", nargs=-1, required=True)
+@click.option("--output", "-o", "output", type=click.Path(file_okay=False), default=None,
+              help="Write the viewer as static files here instead of serving it.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to serve on (reach a cluster's from your machine with `ssh -L`).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8050, show_default=True,
+              help="Port to serve on (0: any free one).")
+@click.option("--runs-dir", type=click.Path(file_okay=False), default=None,
+              help="Where a run id is looked up (default: [launch] runs_dir of opsctl.toml).")
+@click.pass_context
+def view_cmd(ctx: click.Context, run: tuple[str, ...], output: str | None, host: str, port: int,
+             runs_dir: str | None) -> None:
+    """Show runs in a browser: reward and eval curves per environment, attempts and failures, and
+    sampled rollouts; several RUNs side by side. Reads only the run directories; no internet."""
+    from opsctl.launch import viewer
+
+    dirs = [_find_run_dir(ctx, r, runs_dir) for r in run]
+    if output is not None:
+        click.echo(f"wrote {viewer.write_site(dirs, Path(output))}")
+        return
+    try:
+        viewer.serve(dirs, host, port, ready=lambda url: click.echo(f"serving {url} (Ctrl-C stops)"))
+    except OSError as exc:
+        from opsctl.errors import UsageError
+
+        raise UsageError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+    except KeyboardInterrupt:
+        pass

@@ -183,7 +183,8 @@ def summary(run: RunDir) -> dict[str, object]:
         for line in run.metrics.read_text().splitlines():
             rec = json.loads(line)
             if rec.get("event") == "eval":
-                evals.append({"step": rec["step"], "accuracy": rec["eval_accuracy"]})
+                evals.append({"step": rec["step"], "env": rec.get("env", ""),
+                              "accuracy": rec["eval_accuracy"]})
             elif rec.get("component") == "trainer":
                 last = rec
     return {"run_dir": str(run.root), "evals": evals, "last_trainer_step": last.get("step")}

@@ -281,11 +281,10 @@ class Orchestrator:
         rollouts = []
         for c in comps:
             text = self.tok.decode(c.tokens, skip_special_tokens=True)
-            reward, _parts = self.env.rubric.score(text, task, self.env.parser)
+            reward, parts = self.env.rubric.score(text, task, self.env.parser)
             version = c.versions[0] if c.versions else fallback_version
-            rollouts.append(
-                Rollout(prompt, c.tokens, c.logprobs, reward, version, truncated=c.finish_reason == "length")
-            )
+            rollouts.append(Rollout(prompt, c.tokens, c.logprobs, reward, version,
+                                    truncated=c.finish_reason == "length", parts=parts))
         for r, a in zip(
             rollouts, group_advantages([r.reward for r in rollouts], self.oc.normalize_adv_std), strict=True
         ):
@@ -386,6 +385,24 @@ class Orchestrator:
         self._eval_thread = threading.Thread(target=self._guard(run), name=f"eval-{tag_step}", daemon=True)
         self._eval_thread.start()
 
+    def record_samples(self, groups: list[RolloutGroup]) -> None:
+        """A few of the step's rollouts, readable, for `opsctl runs view`: one from each of the first
+        metrics.rollouts_per_step groups (its k-th rollout for the k-th group, so rewards vary)."""
+        lines = []
+        for k, group in enumerate(groups[: self.cfg.metrics.rollouts_per_step]):
+            r = group.rollouts[k % len(group.rollouts)]
+            lines.append(json.dumps({
+                "time": round(time.time(), 3), "step": self.step, "env": self.env.name,
+                "task_id": group.task_id,
+                "prompt": self.tok.decode(r.prompt, skip_special_tokens=True),
+                "completion": self.tok.decode(r.completion, skip_special_tokens=True),
+                "reward": r.reward, "parts": r.parts, "advantage": r.advantage, "policy_version": r.version,
+                "off_policy_lag": self.step - r.version, "truncated": r.truncated,
+            }, sort_keys=True))
+        if lines:
+            with self.run.rollout_samples.open("a") as fh:
+                fh.write("\n".join(lines) + "\n")
+
     def wait_version(self, version: int) -> None:
         with self.cv:
             while self.loaded_version < version:
@@ -470,6 +487,7 @@ class Orchestrator:
                 "weight_update_time": self.last_update_s,
             }
             self.metrics.log(rec)
+            self.record_samples(groups)
             t_prev, idle_prev = now, idle
             with self.cv:
                 self.step += 1

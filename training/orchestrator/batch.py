@@ -20,6 +20,7 @@ class Rollout:
     version: int  # oldest policy version among the completion's tokens
     advantage: float = 0.0
     truncated: bool = False  # cut off at max_tokens (finish_reason "length")
+    parts: dict[str, float] = field(default_factory=dict)  # the rubric's reward components
 
 
 @dataclass

@@ -27,10 +27,17 @@ from opsctl.parsers.ib_sysfs import parse_flattened
 REAL_WORLD = Path(__file__).resolve().parents[2] / "fixtures" / "real-world"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _free_port(taken: set[int]) -> int:
+    """A port free now and not given to another node of this lab: sshd binds it only at start(), so
+    two nodes could otherwise get the same one, and the second would be read through the first's
+    sshd, whose host key known_hosts accepts (a CI run once saw gpu-005 answer with gpu-001's data)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in taken:
+            taken.add(port)
+            return port
 
 
 def _script(path: Path, body: str) -> None:
@@ -196,7 +203,7 @@ class SshLab:
         host_key: Path | None = None,
     ) -> FakeNode:
         d = self.root / name
-        node = FakeNode(name, d, _free_port())
+        node = FakeNode(name, d, _free_port({n.port for n in self.nodes.values()}))
         node.bin.mkdir(parents=True)
         for rel, value in parse_flattened((REAL_WORLD / flattened_sysfs).read_text()).items():
             f = node.sysfs / rel
@@ -232,7 +239,11 @@ class SshLab:
         while True:
             try:
                 with socket.create_connection(("127.0.0.1", node.port), timeout=1):
+                    pass
+                time.sleep(0.2)  # a port another process holds: this sshd exits at once, unable to bind
+                if node.proc.poll() is None:
                     return
+                raise OSError("sshd exited")
             except OSError:
                 if node.proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(  # noqa: B904 - the log says why, not the refused connect

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from browser import CHROMIUM, Page, open_page
 from launch_sim_helpers import LaunchEnv, read_updates
 from simnode import kill_node
 
@@ -37,6 +38,14 @@ def finish(proc: subprocess.Popen[str], timeout: float) -> int:
         proc.kill()
         proc.wait()
         raise
+
+
+def viewer_page(launch_env: LaunchEnv, run: Path, work: Path, screenshot: str | None = None) -> Page:
+    if CHROMIUM is None:
+        pytest.skip("chromium not installed (make test installs it)")
+    done = launch_env.opsctl("runs", "view", str(run), "--output", str(work / "site"))
+    assert done.returncode == 0, done.stderr
+    return open_page((work / "site" / "index.html").as_uri(), work, screenshot=screenshot)
 
 
 def announced_pid(run: Path, server: int) -> int:
@@ -68,6 +77,9 @@ def test_launch_and_watch_to_completion(launch_env: LaunchEnv, tmp_path: Path) -
         at = max(trainer_steps(run / "metrics.jsonl"))
         wait_for(lambda: max(trainer_steps(run / "metrics.jsonl")) > at, 60, "a step served by replica 0")
         os.kill(killed[0], signal.SIGKILL)
+        live = viewer_page(launch_env, run, tmp_path / "live")  # the viewer on the run in progress
+        assert "RUNNING" in live.text("summary") and live.find("path", "series")
+        assert [a["data-state"] for a in live.find("rect", "attempt")] == ["RUNNING"]
         assert finish(watch, 300) == 0, log.read_text()[-2000:]
     finally:
         if watch.poll() is None:
@@ -160,6 +172,12 @@ def test_node_death_is_drained_requeued_and_resumed(launch_env: LaunchEnv, tmp_p
     assert any(r["action"] == "drain" and r["result"] == "applied" and victim in r["nodes"] for r in audit)
     updates = read_updates(log)
     assert any(u["attempt"] == 1 and u["job_state"] == "RUNNING" for u in updates)
+
+    # The viewer's timeline shows the failure and the resume.
+    page = viewer_page(launch_env, run, tmp_path / "view", screenshot="node-failure.png")
+    bars = [(a["data-attempt"], a["data-state"], a["data-resume-step"]) for a in page.find("rect", "attempt")]
+    assert bars == [("0", "REQUEUED", "0"), ("1", "COMPLETED", str(a1.resume_step))]
+    assert (victim, "drained") in {(f["data-node"], f["data-action"]) for f in page.find("line", "failure")}
 
     # A later launch never lands on the quarantined node, even once it is back in service.
     launch_env.sim.start_slurmd(victim)

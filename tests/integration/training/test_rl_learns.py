@@ -6,9 +6,12 @@ must stay well above MARGIN, so that seeds, async timing and load cannot fail th
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from browser import CHROMIUM, open_page
 from rljob_helpers import DEMO, launch_argv, metrics
 
 from training.config import load_config
@@ -31,3 +34,15 @@ def test_sft_then_rl_raises_held_out_accuracy(tmp_path: Path, jobs) -> None:  # 
     assert 0.05 < before < 0.5
     # ... and RL closes a good part of it.
     assert after - before >= MARGIN, f"held-out accuracy {before:.3f} -> {after:.3f}"
+
+    # The run viewer on the finished demo run: reward curve, every evaluation (5: before RL, every
+    # 250 steps, at the end), the sampled rollouts.
+    if CHROMIUM is None:
+        pytest.skip("chromium not installed (make test installs it): the viewer part was not checked")
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "opsctl", "runs", "view", str(out), "--output", str(site)],
+                   check=True, timeout=120)
+    page = open_page((site / "index.html").as_uri(), tmp_path / "browser", screenshot="demo-run.png")
+    assert [p["data-env"] for p in page.find("path", "series")] == ["arithmetic", "arithmetic"]
+    assert len(page.find("circle", "eval")) == len(evals) >= 3
+    assert len(page.find("tr", "rollout")) == 25 and not page.text("gaps")
