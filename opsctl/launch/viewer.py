@@ -119,12 +119,6 @@ def _attempts(run_dir: Path, view: RunView) -> None:
                                   "state": "RUNNING" if rec.get("end") is None else
                                   ("COMPLETED" if rec.get("exit_code") == 0 else "FAILED"),
                                   "failed_nodes": []})
-    for a in view.attempts:
-        step = a.get("resume_step") or 0
-        ckpt = run_dir / "checkpoints" / "trainer" / f"step_{step}"
-        if step and not ckpt.is_dir():
-            view.gaps.append(f"attempt {a['attempt']} resumed from step {step}, whose checkpoint is gone "
-                             "(pruned or removed)")
 
 
 def view_data(run_dir: Path) -> RunView:
@@ -134,8 +128,21 @@ def view_data(run_dir: Path) -> RunView:
         view.gaps.extend(n for n in row.note.split("; ") if "unreadable line" not in n)
     _metrics(run_dir, view)
     _attempts(run_dir, view)
-    view.rollouts = _jsonl(run_dir / "rollouts.jsonl", view)
+    view.rollouts = latest_attempt(_jsonl(run_dir / "rollouts.jsonl", view))
     return view
+
+
+def latest_attempt(rollouts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rollouts in file order, where a step that appears again below the highest step so far is a
+    resumed attempt redoing it: the earlier attempt's rollouts from that step on are dropped, as
+    the metrics count a redone step once (its training was rolled back with the checkpoint)."""
+    out: list[dict[str, Any]] = []
+    for r in rollouts:
+        step = r.get("step")
+        if isinstance(step, int) and out and step < out[-1].get("step", -1):
+            out = [x for x in out if x.get("step", -1) < step]
+        out.append(r)
+    return out
 
 
 def data_script(run_dirs: list[Path]) -> str:

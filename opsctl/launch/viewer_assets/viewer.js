@@ -41,7 +41,7 @@ function fmtTime(t, t0) { return t === null || t === undefined ? "?" : ((t - t0)
 
 // series: [{name, points: [{x, y, title}]}]; dots: draw points as circles (class `cls`).
 function chart(cls, series, opts) {
-  const W = 560, H = 220, L = 44, R = 10, T = 10, B = 30;
+  const W = 560, H = 220, L = 44, R = 22, T = 10, B = 30;
   const s = svg("svg", { class: cls, viewBox: `0 0 ${W} ${H}`, role: "img" });
   const all = series.flatMap((x) => x.points);
   if (!all.length) {
