@@ -205,6 +205,9 @@ class TrainerConfig:
     keep_weights: int = 3
     threads: int = 1  # torch CPU threads per trainer rank (and of SFT)
     backend: str = "auto"  # auto: nccl+FSDP on GPU, gloo on CPU
+    # Log-probabilities are computed this many token positions at a time: only one chunk's float32
+    # vocabulary logits exist at once (forward and backward); 0: all at once.
+    logprob_chunk_tokens: int = 1024
 
 
 @dataclass
@@ -374,6 +377,8 @@ def validate(cfg: JobConfig) -> None:
         if value < 0:
             raise ConfigError(f"{key}: must be >= 0")
     _validate_eval(cfg.eval)
+    if cfg.trainer.logprob_chunk_tokens < 0:
+        raise ConfigError("trainer.logprob_chunk_tokens: must be >= 0 (0: no chunks)")
     if cfg.metrics.rollouts_per_step < 0:
         raise ConfigError("metrics.rollouts_per_step: must be >= 0")
     if not 0 <= cfg.sft.target_accuracy <= 1:

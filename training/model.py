@@ -84,16 +84,69 @@ def load_tokenizer(path: str | Path) -> Any:
     return AutoTokenizer.from_pretrained(str(path))
 
 
+def _selected_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log softmax(logits / temperature) at `targets`, in float32, without a log-softmax copy."""
+    logits = logits.float()
+    if temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    return logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+def _chunk_logprobs(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
+    temperature: float,
+) -> torch.Tensor:
+    return _selected_logprobs(torch.nn.functional.linear(hidden, weight, bias), targets, temperature)
+
+
+def chunked_logprobs(
+    hidden: torch.Tensor, head: torch.nn.Linear, targets: torch.Tensor, temperature: float, chunk_tokens: int
+) -> torch.Tensor:
+    """The output head's log-probabilities of `targets` [B, N] from hidden states [B, N, H], computed
+    chunk_tokens positions at a time: only one chunk's float32 vocabulary logits exist at once. With
+    autograd each chunk is recomputed in backward (activation checkpointing), so backward holds no
+    logits either; the values equal the full computation's."""
+    flat_h, flat_t = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
+    parts = []
+    for start in range(0, flat_t.shape[0], chunk_tokens):
+        h, t = flat_h[start : start + chunk_tokens], flat_t[start : start + chunk_tokens]
+        if torch.is_grad_enabled():
+            from torch.utils.checkpoint import checkpoint
+
+            parts.append(checkpoint(_chunk_logprobs, h, head.weight, head.bias, t, temperature,
+                                    use_reentrant=False))
+        else:
+            parts.append(_chunk_logprobs(h, head.weight, head.bias, t, temperature))
+    return torch.cat(parts).reshape(targets.shape)
+
+
+def _next_token_logprobs(
+    model: Any, temperature: float, chunk_tokens: int, input_ids: torch.Tensor, **inputs: torch.Tensor
+) -> torch.Tensor:
+    """[B, T-1]: the log-probability of token t+1 after tokens 0..t. With chunk_tokens > 0 the model
+    returns its last hidden states (the output head is bypassed for the call) and the head is applied
+    in chunks, so no [B, T, vocab] logits tensor is ever made."""
+    targets = input_ids[:, 1:]
+    if chunk_tokens <= 0:
+        logits = model(input_ids=input_ids, **inputs).logits[:, :-1]
+        return _selected_logprobs(logits, targets, temperature)
+    head = model.get_output_embeddings()
+    head.forward = lambda h: h  # this call returns hidden states; FSDP still gathers the head's weights
+    try:
+        hidden = model(input_ids=input_ids, **inputs).logits[:, :-1]
+    finally:
+        del head.forward  # back to the class's forward
+    return chunked_logprobs(hidden, head, targets, temperature, chunk_tokens)
+
+
 def token_logprobs(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0,
+    chunk_tokens: int = 0,
 ) -> torch.Tensor:
     """Log-probability of each token given its prefix; position 0 gets 0. Shape [B, T]."""
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
-    logits = logits[:, :-1].float()
-    if temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
-    lp = torch.log_softmax(logits, dim=-1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+    lp = _next_token_logprobs(model, temperature, chunk_tokens, input_ids, attention_mask=attention_mask,
+                              position_ids=position_ids)
     return torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
 
 
@@ -114,16 +167,14 @@ def packed_token_logprobs(
     position_ids: torch.Tensor,
     doc_ids: torch.Tensor,
     temperature: float = 1.0,
+    chunk_tokens: int = 0,
 ) -> torch.Tensor:
     """`token_logprobs` for packed rows (several documents per row, see orchestrator.batch.collate):
     each document is scored as if it ran alone; its first token and padding get 0. Shape [B, T]."""
     dtype = next(model.parameters()).dtype
     mask = packed_attention_mask(doc_ids, dtype)
-    logits = model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids).logits
-    logits = logits[:, :-1].float()
-    if temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
-    lp = torch.log_softmax(logits, dim=-1).gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+    lp = _next_token_logprobs(model, temperature, chunk_tokens, input_ids, attention_mask=mask,
+                              position_ids=position_ids)
     lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
     # A document's first token is predicted from the previous document: not its own log-prob.
     return lp.masked_fill(position_ids == 0, 0.0)

@@ -120,6 +120,7 @@ class Trainer:
             temperature=self.cfg.inference.temperature,
             ratio_low=tc.mask_ratio_low,
             ratio_high=tc.mask_ratio_high,
+            chunk_tokens=tc.logprob_chunk_tokens,
         )
         gnorm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.max_grad_norm)
         self.opt.step()

@@ -59,6 +59,7 @@ def accumulate(
     temperature: float,
     ratio_low: float,
     ratio_high: float,
+    chunk_tokens: int = 0,
 ) -> StepStats:
     """Forward/backward every micro-batch into .grad (the caller zeroes grads and steps).
 
@@ -76,9 +77,10 @@ def accumulate(
     for mb in mbs:
         mb = {k: v.to(device) for k, v in mb.items()}
         if "doc_ids" in mb:
-            lp = packed_token_logprobs(model, mb["input_ids"], mb["position_ids"], mb["doc_ids"], temperature)
+            lp = packed_token_logprobs(model, mb["input_ids"], mb["position_ids"], mb["doc_ids"], temperature,
+                                       chunk_tokens)
         else:  # a batch written before sequence packing (one document per row)
-            lp = token_logprobs(model, mb["input_ids"], mb["attention_mask"], temperature)
+            lp = token_logprobs(model, mb["input_ids"], mb["attention_mask"], temperature, chunk_tokens)
         st = rl_loss(
             lp, mb["logprobs"], mb["advantages"], mb["loss_mask"], loss_tokens, ratio_low, ratio_high
         )

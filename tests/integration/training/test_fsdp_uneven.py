@@ -91,6 +91,7 @@ def train(rank: int, world: int, model_dir: str, port: int, out: str) -> None:
             temperature=1.0,
             ratio_low=0.125,
             ratio_high=8.0,
+            chunk_tokens=16,  # the trainer's chunked log-probs, the output head gathered by FSDP
         )
         losses.append(st.loss)
         counts.append(st.micro_batches)
