@@ -4,12 +4,10 @@ memory accounting at sizes where the logits dominate."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 from training.config import load_config
 from training.model import (
@@ -20,18 +18,7 @@ from training.model import (
     packed_token_logprobs,
     token_logprobs,
 )
-
-
-def peak_bytes(fn: Callable[[], object]) -> int:
-    """The most CPU tensor memory alive at once while `fn` runs, from the profiler's memory timeline
-    (allocations and frees of every tensor, coalesced per timestamp)."""
-    from torch.profiler._memory_profiler import MemoryProfileTimeline
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
-                 with_stack=True) as prof:
-        fn()
-    _, sizes = MemoryProfileTimeline(prof._memory_profile())._coalesce_timeline("cpu")
-    return max(sum(s) for s in sizes)
+from training.profiling import peak_tensor_bytes
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "glm4_moe"])
@@ -71,7 +58,7 @@ def test_chunks_lower_the_peak_tensor_memory_of_forward_and_backward() -> None:
     def chunked() -> None:
         chunked_logprobs(hidden, head, targets, 1.0, 256).sum().backward()
 
-    full_peak, chunked_peak = peak_bytes(full), peak_bytes(chunked)
+    full_peak, chunked_peak = peak_tensor_bytes(full), peak_tensor_bytes(chunked)
     logits = 4 * 512 * 8000 * 4  # one float32 copy of the full logits: 65.5 MB
     print(f"peak tensor memory: full {full_peak / 2**20:.1f} MiB, "
           f"chunks of 256 {chunked_peak / 2**20:.1f} MiB")
