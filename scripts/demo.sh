@@ -107,6 +107,9 @@ if evals:
 sys.exit(0 if ok else 1)
 PY
 show opsctl nodes
+# The run in the viewer: curves, the failure and the resume on the timeline, sampled rollouts
+# (static files; `opsctl runs view RUN` serves it instead, on 127.0.0.1).
+show opsctl runs view "$RUN" --output "$RUN-view"
 
 step "4. The GPU is replaced: heal $VICTIM, release it from quarantine, resume it (opsctl's own drain)"
 show opsctl lab heal "$VICTIM"
