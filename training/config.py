@@ -208,6 +208,9 @@ class TrainerConfig:
     # Log-probabilities are computed this many token positions at a time: only one chunk's float32
     # vocabulary logits exist at once (forward and backward); 0: all at once.
     logprob_chunk_tokens: int = 1024
+    # Recompute each decoder layer in backward instead of keeping its activations: "auto" on GPUs
+    # (long chains of thought), "on", "off" (CPU default: the tiny models' activations are small).
+    activation_checkpointing: str = "auto"
 
 
 @dataclass
@@ -244,6 +247,7 @@ CHOICES = {
     "model.arch": {"qwen3", "glm4_moe", "llama"},
     "model.dtype": {"float32", "bfloat16", "float16"},
     "trainer.backend": {"auto", "gloo", "nccl"},
+    "trainer.activation_checkpointing": {"auto", "on", "off"},
     "orchestrator.scheduling": {"auto", "continuous", "batch"},
     "sft.lr_schedule": {"constant", "cosine"},
     "trainer.lr_schedule": {"constant", "cosine"},

@@ -76,7 +76,8 @@ class Trainer:
         self.fsdp = (self.cuda and world > 1) if fsdp is None else (fsdp and world > 1)
         # Parameters start on the meta device and get memory only for this rank's shards.
         initial = run.initial_model(cfg)
-        self.model = checkpoint.build_model(initial, cfg.model.dtype, self.device, self.fsdp)
+        ac = tc.activation_checkpointing == "on" or (tc.activation_checkpointing == "auto" and self.cuda)
+        self.model = checkpoint.build_model(initial, cfg.model.dtype, self.device, self.fsdp, ac)
         self.model.train()
         self.opt = torch.optim.AdamW(
             self.model.parameters(), lr=tc.lr, betas=(tc.betas[0], tc.betas[1]), weight_decay=tc.weight_decay

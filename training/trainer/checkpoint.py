@@ -73,13 +73,27 @@ def params_on_meta() -> Iterator[None]:
         torch.nn.Module.register_parameter = register  # type: ignore[method-assign]
 
 
-def build_model(path: Path, dtype: str, device: torch.device, fsdp: bool) -> Any:
+def enable_activation_checkpointing(model: Any) -> None:
+    """Keep only each decoder layer's input for backward and recompute the layer there (PyTorch's
+    non-reentrant checkpoint, which FSDP2 supports: the recompute gathers the layer's shards again)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers 5's name
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    model.config.use_cache = False  # a KV cache is meaningless in training and conflicts with it
+
+
+def build_model(path: Path, dtype: str, device: torch.device, fsdp: bool,
+                activation_checkpointing: bool = False) -> Any:
     """The architecture at `path` with uninitialised parameters, sharded when `fsdp`: weights come
     from load_initial_weights or load_checkpoint."""
     with params_on_meta():
         model: Any = AutoModelForCausalLM.from_config(
             AutoConfig.from_pretrained(str(path)), dtype=DTYPES[dtype]
         )
+    if activation_checkpointing:
+        enable_activation_checkpointing(model)
     if fsdp:
         from torch.distributed.fsdp import fully_shard
 

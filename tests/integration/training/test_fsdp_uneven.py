@@ -26,6 +26,7 @@ from training.config import ModelConfig
 from training.model import create_tiny_model, load_model
 from training.orchestrator.batch import Sample, collate, pack, shard
 from training.trainer.__main__ import finish
+from training.trainer.checkpoint import enable_activation_checkpointing
 from training.trainer.step import accumulate
 
 pytestmark = pytest.mark.integration
@@ -69,6 +70,7 @@ def train(rank: int, world: int, model_dir: str, port: int, out: str) -> None:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         dist.init_process_group("gloo", rank=rank, world_size=world)
     model: Any = load_model(model_dir)
+    enable_activation_checkpointing(model)  # layers recomputed in backward, as the trainer on GPUs
     if fsdp:
         from torch.distributed.fsdp import fully_shard
 
