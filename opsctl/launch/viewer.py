@@ -37,6 +37,7 @@ class RunView:
     remediations: list[dict[str, Any]] = field(default_factory=list)
     rollouts: list[dict[str, Any]] = field(default_factory=list)
     gaps: list[str] = field(default_factory=list)  # what could not be read, or is missing
+    note: str = ""  # what `opsctl runs list` says about the run's state (its NOTE column)
 
 
 def _jsonl(path: Path, view: RunView) -> list[dict[str, Any]]:
@@ -124,8 +125,8 @@ def _attempts(run_dir: Path, view: RunView) -> None:
 def view_data(run_dir: Path) -> RunView:
     row = summarize(run_dir)
     view = RunView(row.run_id, str(run_dir), row.launcher, row.state, row.steps, row.steps_done)
-    if row.note:
-        view.gaps.extend(n for n in row.note.split("; ") if "unreadable line" not in n)
+    # the metrics' unreadable lines are counted below, with the rollouts'
+    view.note = "; ".join(n for n in row.note.split("; ") if "unreadable line" not in n)
     _metrics(run_dir, view)
     _attempts(run_dir, view)
     view.rollouts = latest_attempt(_jsonl(run_dir / "rollouts.jsonl", view))

@@ -177,6 +177,7 @@ function runSection(run, p) {
   const done = run.steps_done === null ? "-" : run.steps_done;
   sec.appendChild(el("div", { class: "summary" },
     `${run.state} · step ${done} of ${run.steps === null ? "?" : run.steps} · ${run.attempts.length} attempt(s) · ${run.run_dir}`));
+  if (run.note) sec.appendChild(el("div", { class: "note" }, run.note));
   if (run.gaps.length) {
     const g = el("ul", { class: "gaps" });
     for (const gap of run.gaps) g.appendChild(el("li", {}, gap));

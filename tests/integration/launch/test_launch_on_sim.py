@@ -77,8 +77,9 @@ def test_launch_and_watch_to_completion(launch_env: LaunchEnv, tmp_path: Path) -
         at = max(trainer_steps(run / "metrics.jsonl"))
         wait_for(lambda: max(trainer_steps(run / "metrics.jsonl")) > at, 60, "a step served by replica 0")
         os.kill(killed[0], signal.SIGKILL)
-        live = viewer_page(launch_env, run, tmp_path / "live")  # the viewer on the run in progress
-        assert "RUNNING" in live.text("summary") and live.find("path", "series")
+        live = viewer_page(launch_env, run, tmp_path / "live", screenshot="live-run.png")  # in progress
+        assert "RUNNING" in live.text("summary") and live.find("path", "series") and not live.text("gaps")
+        assert "attempt 0 has no end record; `opsctl watch` asks Slurm" in live.text("note")
         assert [a["data-state"] for a in live.find("rect", "attempt")] == ["RUNNING"]
         assert finish(watch, 300) == 0, log.read_text()[-2000:]
     finally:
