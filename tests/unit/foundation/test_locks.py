@@ -50,9 +50,9 @@ def test_the_locks_agree_with_pyproject_and_this_environment() -> None:
 def test_a_dependency_changed_in_pyproject_without_a_refresh_fails(tree: Path) -> None:
     pyproject = tree / "pyproject.toml"
     text = pyproject.read_text()
-    assert '"transformers>=4.56,<6"' in text
+    assert '"transformers>=5,<6"' in text
     # Still satisfied by the pinned version, so only the recorded inputs tell the lock is stale.
-    pyproject.write_text(text.replace('"transformers>=4.56,<6"', '"transformers>=4.57,<6"'))
+    pyproject.write_text(text.replace('"transformers>=5,<6"', '"transformers>=5.1,<6"'))
     proc = check(tree)
     assert proc.returncode == 1
     assert proc.stdout.count("other pyproject requirements than today's") == 2  # cpu and cuda
