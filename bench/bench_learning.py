@@ -1,14 +1,16 @@
 """How much the demo recipe learns, over job seeds and machine load.
 
-    python bench/bench_learning.py [--seeds 0-5] [--loads quiet,loaded] [--env-seed N] [--json]
+    python bench/bench_learning.py [--job FILE] [--seeds 0-5] [--loads quiet,loaded] [--env-seed N]
+        [--json]
 
-Runs the whole demo job (`training/configs/demo.toml`: SFT to the accuracy target, then
-asynchronous RL) once per job seed and load condition, one run at a time, and reports the
-held-out gain (accuracy after RL minus after SFT, pass@1 at the sampling temperature) of each run
-and its minimum, median and maximum per condition and overall. `loaded` runs a CPU-bound process
-beside the job for the whole run (on a 2-core machine it takes one core), which changes the
-asynchronous schedule's timing: which policy version generated each batch. `--env-seed` draws
-another train/held-out split (the environment's `seed` kwarg); `-o KEY=VALUE` adds overrides.
+Runs the whole demo job (`training/configs/demo.toml`, or `--job`, e.g. the tiny MoE's
+`training/configs/moe-demo.toml`: SFT to the accuracy target, then asynchronous RL) once per job
+seed and load condition, one run at a time, and reports the held-out gain (accuracy after RL minus
+after SFT, pass@1 at the sampling temperature) of each run and its minimum, median and maximum per
+condition and overall. `loaded` runs a CPU-bound process beside the job for the whole run (on a
+2-core machine it takes one core), which changes the asynchronous schedule's timing: which policy
+version generated each batch. `--env-seed` draws another train/held-out split (the environment's
+`seed` kwarg); `-o KEY=VALUE` adds overrides.
 
 The CI test (tests/integration/training/test_rl_learns.py) asserts a margin that this bench's
 minimum must clear with room; docs/benchmarks.md records the figures.
@@ -93,9 +95,9 @@ def summarise(runs: list[LearningRun]) -> dict[str, dict[str, float]]:
     }
 
 
-def env_seed_override(env_seed: int) -> str:
-    """`env.kwargs=...`: the demo's environment arguments with another data seed."""
-    kwargs = dict(tomllib.loads(DEMO.read_text())["env"]["kwargs"], seed=env_seed)
+def env_seed_override(env_seed: int, job: Path = DEMO) -> str:
+    """`env.kwargs=...`: the job's environment arguments with another data seed."""
+    kwargs = dict(tomllib.loads(job.read_text())["env"]["kwargs"], seed=env_seed)
     return "env.kwargs={" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in kwargs.items()) + "}"
 
 
@@ -104,9 +106,9 @@ def hog() -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", "while True: pass"])
 
 
-def run_job(work: Path, seed: int, load: str, overrides: list[str]) -> LearningRun:
+def run_job(work: Path, seed: int, load: str, overrides: list[str], job: Path = DEMO) -> LearningRun:
     out = work / f"seed{seed}-{load}"
-    argv = [sys.executable, "-m", "opsctl", "launch", "rl-run", "--local", "--job", str(DEMO)]
+    argv = [sys.executable, "-m", "opsctl", "launch", "rl-run", "--local", "--job", str(job)]
     argv += ["--output", str(out), "-o", f"seed={seed}"]
     for o in overrides:
         argv += ["-o", o]
@@ -125,6 +127,7 @@ def run_job(work: Path, seed: int, load: str, overrides: list[str]) -> LearningR
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--job", type=Path, default=DEMO, help="the job file (default: the demo)")
     ap.add_argument("--seeds", default="0-5", help="job seeds: 0-5, or 0,3,7")
     ap.add_argument("--loads", default=",".join(LOADS), help="quiet, loaded or both (comma-separated)")
     ap.add_argument("--env-seed", type=int, default=None, help="the environment's data seed (default: demo)")
@@ -137,12 +140,12 @@ def main() -> None:
         ap.error(f"--loads: choose from {', '.join(LOADS)}")
     overrides = list(args.overrides)
     if args.env_seed is not None:
-        overrides.append(env_seed_override(args.env_seed))
+        overrides.append(env_seed_override(args.env_seed, args.job))
     runs: list[LearningRun] = []
     with tempfile.TemporaryDirectory(prefix="bench-learning-") as tmp:
         for load in loads:
             for seed in seeds:
-                run = run_job(Path(tmp), seed, load, overrides)
+                run = run_job(Path(tmp), seed, load, overrides, args.job)
                 runs.append(run)
                 if not args.json:
                     print(

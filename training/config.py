@@ -201,7 +201,7 @@ class TrainerConfig:
     # thought on a slow inference fleet may need more).
     rollout_wait_s: float = 3600.0
     # Newest published weights/step_N versions kept (at least async_level + 2); older ones are deleted
-    # unless at a checkpoint step.
+    # unless a kept trainer checkpoint (the newest two) is at that step: a resume starts from it.
     keep_weights: int = 3
     threads: int = 1  # torch CPU threads per trainer rank (and of SFT)
     backend: str = "auto"  # auto: nccl+FSDP on GPU, gloo on CPU

@@ -1,9 +1,10 @@
 """A run's policy as a Hugging Face model directory (`opsctl runs export`).
 
-Sources, all committed: the SFT model (`sft/final/`, already a model directory) and every RL
-policy version the trainer published (`weights/step_N/`, the trainer's own tensor names, one
-file). Versions at checkpoint steps are kept for the whole run (trainer.checkpoint.prune_weights),
-so every committed checkpoint can be exported.
+Sources, all committed: the SFT model (`sft/final/`) and every RL policy version still on disk
+(`weights/step_N/`: the newest `trainer.keep_weights` and those of the kept trainer checkpoints,
+see trainer.checkpoint.prune_weights). Both are model directories already (training/weights.py
+writes the trainer's versions); export loads the version into the run's architecture, so a run
+published before that change (one file, the trainer's names) exports the same way.
 
 The writer is transformers' own `save_pretrained`: it turns the trainer's names into the names
 the model's published checkpoints use (transformers 5 fuses MoE experts into 3-D tensors when it
@@ -45,7 +46,7 @@ def rl_versions(run: RunDir) -> list[int]:
 
 
 def _source(run: RunDir, step: int | None, sft: bool) -> tuple[str, int | None, Path | None]:
-    """(source, step, weights file): the SFT model, RL version `step`, or by default the newest RL
+    """(source, step, weights directory): the SFT model, RL version `step`, or by default the newest RL
     version (the SFT model when RL published none)."""
     versions = rl_versions(run)
     if sft or (step is None and not versions):
@@ -56,7 +57,7 @@ def _source(run: RunDir, step: int | None, sft: bool) -> tuple[str, int | None, 
     if chosen not in versions:
         listed = ", ".join(map(str, versions[-8:])) or "none"
         raise ExportError(f"{run.root} has no committed RL version {chosen} (committed: {listed})")
-    return "rl", chosen, run.step(run.weights, chosen) / "model.safetensors"
+    return "rl", chosen, run.step(run.weights, chosen)
 
 
 def _check_output(out: Path) -> None:
@@ -67,8 +68,9 @@ def _check_output(out: Path) -> None:
 def export_run(run_dir: Path, output: Path, step: int | None = None, sft: bool = False) -> Exported:
     """Write the chosen policy of the run at `run_dir` to `output` as a model directory."""
     import torch
-    from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from training.weights import WeightsError, load_trainer_state
 
     run = RunDir(run_dir)
     if not run.config.is_file():
@@ -79,7 +81,11 @@ def export_run(run_dir: Path, output: Path, step: int | None = None, sft: bool =
     base = run.initial_model(cfg)  # architecture, tokenizer and (for SFT) the weights
     model: Any = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
     if weights is not None:
-        missing, unexpected = model.load_state_dict(load_file(str(weights)), strict=False)
+        try:
+            state = load_trainer_state(weights)
+        except WeightsError as exc:
+            raise ExportError(str(exc)) from None
+        missing, unexpected = model.load_state_dict(state, strict=False)
         if unexpected or [m for m in missing if not m.endswith("rotary_emb.inv_freq")]:
             raise ExportError(f"{weights} does not match the run's model: missing={missing[:4]} "
                               f"unexpected={unexpected[:4]}")

@@ -54,12 +54,17 @@ def tiny_config(cfg: ModelConfig, vocab_size: int, tokenizer: PreTrainedTokenize
         eos_token_id=tokenizer.eos_token_id,
     )
     if cfg.arch == "glm4_moe":
+        # GLM-4.5-Air's shape in small: the first layer dense, then routed experts beside one
+        # shared expert, biased q/k/v projections, rotary embedding on half of each head, no q/k norm
         common.update(
             moe_intermediate_size=cfg.moe_intermediate_size,
             n_routed_experts=cfg.n_routed_experts,
             num_experts_per_tok=cfg.num_experts_per_tok,
             first_k_dense_replace=1,
             n_shared_experts=1,
+            attention_bias=True,
+            partial_rotary_factor=0.5,
+            use_qk_norm=False,
         )
     return AutoConfig.for_model(cfg.arch, **common)
 

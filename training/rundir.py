@@ -6,7 +6,7 @@ logs/<proc>.log      per-process logs (written by the launcher)
 peers/<name>.json    addresses processes announce (inference server, metrics endpoints)
 base_model/          tiny random model when model.path is empty
 sft/final/           SFT checkpoint the RL stage starts from (HF format + tokenizer)
-weights/step_N/      policy version N for inference (model.safetensors + STABLE)
+weights/step_N/      policy version N for inference (a HF model directory + STABLE)
 rollouts/step_N/     trainer batch N (rank_R.pt per trainer rank + STABLE)
 checkpoints/{trainer,orchestrator}/step_N/   resumable state (+ COMMITTED)
     checkpoint_requests/step_N   the trainer stopping early (SIGUSR1) asks the orchestrator for step N

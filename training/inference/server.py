@@ -7,7 +7,7 @@ POST /v1/completions         prompt(s) as text or token ids, n, max_tokens, temp
                              return_tokens_as_token_ids, include_stop_str_in_output and
                              add_special_tokens (text prompts start with BOS when the tokenizer
                              has one, as in vLLM; false leaves it out)
-POST /update_weights         {"weight_dir": DIR, "version": N}: load DIR/model.safetensors, then
+POST /update_weights         {"weight_dir": DIR, "version": N}: load the model directory DIR, then
                              pause, swap, resume: in-flight requests continue
 POST /pause, POST /resume
 GET  /metrics                Prometheus exposition
@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
-from safetensors.torch import load_file
 
 from training.envs.base import prompt_ids
+from training.fsutil import STABLE
 from training.inference.engine import Engine
+from training.weights import WeightsError, load_trainer_state
 
 log = logging.getLogger("inference")
 
@@ -282,12 +283,14 @@ class InferenceServer:
         version = body.get("version")
         if not isinstance(weight_dir, str) or not isinstance(version, int):
             raise BadRequest("update_weights needs weight_dir (string) and version (integer)")
-        path = Path(weight_dir) / "model.safetensors"
-        if not (Path(weight_dir) / "STABLE").exists() or not path.exists():
+        if not (Path(weight_dir) / STABLE).exists():
             raise BadRequest(f"{weight_dir} is not a committed weight directory")
         with self._update_lock:
             t0 = time.perf_counter()
-            state = load_file(str(path))  # read before pausing: generation only stops for the swap
+            try:  # read before pausing: generation only stops for the swap
+                state = load_trainer_state(Path(weight_dir))
+            except WeightsError as exc:
+                raise BadRequest(f"{weight_dir} is not a committed weight directory: {exc}") from None
             paused_s = self.engine.update_weights(state, version)
             self.m_update.set(paused_s)
         return {"version": version, "paused_s": paused_s, "load_s": time.perf_counter() - t0}

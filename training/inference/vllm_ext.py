@@ -8,8 +8,9 @@
         --middleware training.inference.vllm_ext.UpdateWeightsMiddleware ...
 
 and the same STABLE-marker protocol as the built-in server (training/inference/server.py) applies:
-the trainer publishes weights/step_V/model.safetensors and then STABLE; the orchestrator POSTs
-{"weight_dir", "version"} to /update_weights; the server refuses a directory without STABLE.
+the trainer publishes weights/step_V/ (a model directory, training/weights.py) and then STABLE; the
+orchestrator POSTs {"weight_dir", "version"} to /update_weights; the server refuses a directory
+without STABLE.
 
 - `UpdateWeightsMiddleware` (a plain ASGI middleware; vLLM's `--middleware` adds a class with
   `app.add_middleware`) answers POST /update_weights (or $OPSCTL_UPDATE_WEIGHTS_PATH) and passes
@@ -18,8 +19,9 @@ the trainer publishes weights/step_V/model.safetensors and then STABLE; the orch
   requests continue with the new weights), then resets the prefix cache so no new request reuses
   KV computed by the old policy.
 - `WeightReloadExtension` is mixed into each vLLM GPU worker by `--worker-extension-cls`; it streams
-  the safetensors file tensor by tensor into `model.load_weights`, which shards each tensor for the
-  worker's tensor-parallel rank (Hugging Face parameter names, as the trainer saves them).
+  the directory's shards tensor by tensor into `model.load_weights`, which shards each tensor for
+  the worker's tensor-parallel rank. The names are the release checkpoint's (per-expert MoE
+  weights), the ones vLLM's model loaders map.
 - `python -m training.inference.vllm_ext wait ...` runs in the batch script: it waits for GET
   /health of every replica and announces them as peers/inference-<k>.json for the orchestrator.
 
@@ -44,7 +46,6 @@ from typing import Any
 
 from training.fsutil import STABLE
 
-WEIGHTS_FILE = "model.safetensors"
 DEFAULT_PATH = "/update_weights"
 
 Scope = MutableMapping[str, Any]
@@ -58,7 +59,7 @@ class BadRequest(ValueError):
 
 
 def parse_update_request(raw: bytes) -> tuple[Path, int]:
-    """The weight file and version of an update request; BadRequest unless the directory is committed."""
+    """The weight directory and version of an update request; BadRequest unless it is committed."""
     try:
         body = json.loads(raw or b"{}")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -68,19 +69,23 @@ def parse_update_request(raw: bytes) -> tuple[Path, int]:
     weight_dir, version = body.get("weight_dir"), body.get("version")
     if not isinstance(weight_dir, str) or not isinstance(version, int) or isinstance(version, bool):
         raise BadRequest("update_weights needs weight_dir (string) and version (integer)")
-    path = Path(weight_dir) / WEIGHTS_FILE
-    if not (Path(weight_dir) / STABLE).exists() or not path.is_file():
+    path = Path(weight_dir)
+    if not (path / STABLE).exists():
         raise BadRequest(f"{weight_dir} is not a committed weight directory")
+    from training.weights import WeightsError, weight_files
+
+    try:
+        weight_files(path)
+    except WeightsError as exc:
+        raise BadRequest(f"{weight_dir} is not a committed weight directory: {exc}") from None
     return path, version
 
 
-def iter_safetensors(path: str | Path) -> Iterator[tuple[str, Any]]:
-    """(name, tensor) pairs read one at a time, so a worker never holds the whole file in memory."""
-    from safetensors import safe_open
+def iter_safetensors(weight_dir: str | Path) -> Iterator[tuple[str, Any]]:
+    """(name, tensor) pairs read one at a time, so a worker never holds the whole model in memory."""
+    from training.weights import iter_checkpoint_tensors
 
-    with safe_open(str(path), framework="pt", device="cpu") as fh:
-        for name in fh.keys():  # noqa: SIM118 - safe_open handles are not iterable
-            yield name, fh.get_tensor(name)
+    yield from iter_checkpoint_tensors(Path(weight_dir))
 
 
 class WeightReloadExtension:
@@ -88,13 +93,13 @@ class WeightReloadExtension:
 
     model_runner: Any  # provided by vLLM's Worker
 
-    def reload_weights(self, weights_file: str) -> int:
-        """Load a trainer checkpoint into this worker's shard of the model; returns the tensor count."""
+    def reload_weights(self, weight_dir: str) -> int:
+        """Load a published version into this worker's shard of the model; returns the tensor count."""
         count = 0
 
         def counted() -> Iterator[tuple[str, Any]]:
             nonlocal count
-            for item in iter_safetensors(weights_file):
+            for item in iter_safetensors(weight_dir):
                 count += 1
                 yield item
 
@@ -120,7 +125,7 @@ class UpdateWeightsMiddleware:
             return
         raw = await _read_body(receive)
         try:
-            weights_file, version = parse_update_request(raw)
+            weight_dir, version = parse_update_request(raw)
         except BadRequest as exc:
             await _send_json(send, 400, _error(str(exc), "BadRequestError", 400))
             return
@@ -130,7 +135,7 @@ class UpdateWeightsMiddleware:
         try:
             async with self._lock:  # one reload at a time; generation continues between engine steps
                 t0 = time.perf_counter()
-                counts = await engine.collective_rpc("reload_weights", args=(str(weights_file),))
+                counts = await engine.collective_rpc("reload_weights", args=(str(weight_dir),))
                 await engine.reset_prefix_cache()
                 self.version = version
         except Exception as exc:  # the engine's failure, reported to the orchestrator as one line

@@ -10,24 +10,17 @@ Models are built with their parameters on the meta device, sharded (FSDP2 `fully
 then given memory, so no rank ever holds the full model: a resumed rank loads its shards from the
 checkpoint, and at step 0 it reads its rows of the base model's safetensors (memory-mapped).
 
-Weights for inference (`weights/step_N/model.safetensors` + STABLE, unchanged protocol) are
-streamed: parameter by parameter, the ranks all-gather one tensor and rank 0 appends it to a
-safetensors file whose header it wrote up front from the global shapes. Rank 0's peak is one
-parameter, not the model. We chose this over per-rank DCP/safetensors shard files because the
-inference server (and vLLM-style loaders) want one file per version; shard files would have to be
-consolidated by a second pass over the shared filesystem on rank 0, while the all-gather rides the
-same interconnect FSDP already uses every forward pass.
+Weights for inference (`weights/step_N/` + STABLE) are a Hugging Face model directory written by
+all ranks in parallel, in the names of the model's published checkpoints (training/weights.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import random
 import shutil
-import struct
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,9 +39,10 @@ from torch.distributed.tensor import DTensor
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from training.config import JobConfig
-from training.fsutil import COMMITTED, STABLE, publish_dir, step_dirs
+from training.fsutil import COMMITTED, publish_dir, step_dirs
 from training.model import DTYPES, load_model
 from training.rundir import RunDir
+from training.weights import publish_sharded
 
 TRAINER_STATE = "trainer_state.pt"
 KEEP_CHECKPOINTS = 2
@@ -250,87 +244,14 @@ def load_checkpoint(run: RunDir, step: int, model: Any, opt: torch.optim.Optimiz
 
 
 # -- weights for inference -------------------------------------------------------------------------
-_ST_DTYPES = {
-    torch.float64: "F64",
-    torch.float32: "F32",
-    torch.bfloat16: "BF16",
-    torch.float16: "F16",
-    torch.int64: "I64",
-    torch.int32: "I32",
-    torch.int16: "I16",
-    torch.int8: "I8",
-    torch.uint8: "U8",
-    torch.bool: "BOOL",
-}
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    name: str
-    shape: tuple[int, ...]
-    dtype: torch.dtype
-
-    @property
-    def nbytes(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n * torch.empty((), dtype=self.dtype).element_size()
-
-
-def write_safetensors_stream(
-    path: Path,
-    specs: list[TensorSpec],
-    tensors: Iterable[torch.Tensor],
-    metadata: dict[str, str] | None = None,
-) -> None:
-    """A safetensors file written one tensor at a time: the header only needs names, shapes and
-    dtypes, so it goes first and each tensor's bytes follow as `tensors` yields them, in `specs`
-    order. Raises if a tensor does not match its spec."""
-    header: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
-    offset = 0
-    for s in specs:
-        header[s.name] = {
-            "dtype": _ST_DTYPES[s.dtype],
-            "shape": list(s.shape),
-            "data_offsets": [offset, offset + s.nbytes],
-        }
-        offset += s.nbytes
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # the format pads the header so tensor data is 8-byte aligned
-    with open(path, "wb") as fh:
-        fh.write(struct.pack("<Q", len(raw)) + raw)
-        it = iter(tensors)
-        for s in specs:
-            t = next(it)
-            if tuple(t.shape) != s.shape or t.dtype != s.dtype:
-                raise ValueError(f"{s.name}: got {tuple(t.shape)} {t.dtype}, header says {s.shape} {s.dtype}")
-            fh.write(t.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
-
-
-def _full_tensors(sd: dict[str, torch.Tensor]) -> Iterator[torch.Tensor]:
-    """Each tensor whole, one at a time (an all-gather per sharded tensor: every rank must drain)."""
-    for t in sd.values():
-        yield t.full_tensor() if isinstance(t, DTensor) else t
-
-
 def publish_weights(run: RunDir, cfg: JobConfig, model: Any, step: int, rank: int) -> None:
-    """Collective under FSDP; rank 0 writes weights/step_N and prunes old versions."""
+    """Collective under FSDP: every rank writes the shard of the tensors it owns (training/weights.py)
+    into weights/step_N, a model directory; rank 0 indexes, marks and prunes old versions."""
     sd = {k: v for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
-    if rank != 0:
-        for _ in _full_tensors(sd):
-            pass
-        return
-    specs = [TensorSpec(k, tuple(v.shape), v.dtype) for k, v in sd.items()]  # DTensor.shape is global
-    publish_dir(
-        run.step(run.weights, step),
-        lambda tmp: write_safetensors_stream(
-            tmp / "model.safetensors", specs, _full_tensors(sd), {"format": "pt"}
-        ),
-        STABLE,
-        {"version": step},
-    )
-    prune_weights(run, cfg)
+    publish_sharded(run.step(run.weights, step), sd, run.initial_model(cfg), {"version": step},
+                    _collective_publish)
+    if rank == 0:
+        prune_weights(run, cfg)
 
 
 def prune_weights(run: RunDir, cfg: JobConfig) -> None:
@@ -338,8 +259,8 @@ def prune_weights(run: RunDir, cfg: JobConfig) -> None:
     versions = step_dirs(run.weights)
     # Inference may still be loading a version up to async_level + 1 behind the newest.
     keep = set(sorted(versions)[-max(tc.keep_weights, cfg.orchestrator.async_level + 2) :])
+    # A resume starts inference from the version of a committed trainer checkpoint (two are kept).
     keep |= set(step_dirs(run.ckpt("trainer"), COMMITTED))
     for v, path in versions.items():
-        # Versions at checkpoint steps stay: a resumed inference server starts from them.
-        if v not in keep and v % tc.checkpoint_every != 0:
+        if v not in keep:
             shutil.rmtree(path, ignore_errors=True)

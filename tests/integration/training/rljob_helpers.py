@@ -15,15 +15,16 @@ from tiny_job import TINY_JOB
 
 ROOT = Path(__file__).resolve().parents[3]
 DEMO = ROOT / "training" / "configs" / "demo.toml"
+MOE_DEMO = ROOT / "training" / "configs" / "moe-demo.toml"
 
 FAST = TINY_JOB
 
 
-def launch_argv(output: Path, overrides: list[str], resume: bool = False) -> list[str]:
+def launch_argv(output: Path, overrides: list[str], resume: bool = False, job: Path = DEMO) -> list[str]:
     argv = [sys.executable, "-m", "opsctl", "launch", "rl-run", "--local", "--output", str(output)]
     if resume:
         return [*argv, "--resume"]
-    argv += ["--config", str(DEMO)]
+    argv += ["--job", str(job)]
     for o in overrides:
         argv += ["-o", o]
     return argv

@@ -1,6 +1,6 @@
 """The GPU side of trainer/checkpoint.py on one CUDA device: an NCCL process group of one rank,
 FSDP2 DTensor shards in bfloat16, meta-device build, sharded initial load, DCP save, streamed
-weight publication, and a load of that checkpoint into a plain CPU model. Skipped without CUDA
+sharded weight publication, and a load of that checkpoint into a plain CPU model. Skipped without CUDA
 (the CPU/gloo path is test_reshard_resume.py)."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from safetensors.torch import load_file
 
 from training.config import load_config
 from training.model import create_tiny_model, load_model
 from training.rundir import RunDir, free_port
 from training.trainer import checkpoint
+from training.weights import load_trainer_state
 
 pytestmark = [
     pytest.mark.integration,
@@ -45,7 +45,7 @@ def test_fsdp_checkpoint_and_publication_on_cuda(tmp_path: Path) -> None:
         checkpoint.save_checkpoint(run, model, opt, sched, step=1)
         checkpoint.publish_weights(run, cfg, model, step=1, rank=0)
         trained = {k: v.full_tensor().cpu() for k, v in model.state_dict().items()}
-        published = load_file(str(run.step(run.weights, 1) / "model.safetensors"))
+        published = load_trainer_state(run.step(run.weights, 1))
         assert all(torch.equal(published[k], trained[k]) for k in trained)
         assert any(not torch.equal(trained[k], ref[k]) for k in ref)
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 from rljob_helpers import FAST, launch_argv, metrics
-from safetensors.torch import load_file
+
+from training.weights import load_trainer_state
 
 pytestmark = pytest.mark.integration
 
@@ -50,8 +51,8 @@ def test_killed_and_resumed_run_matches_uninterrupted(tmp_path: Path, jobs) -> N
         tmp_path / "resume.log"
     ).read_text()
 
-    w_ref = load_file(str(ref / "weights" / f"step_{STEPS}" / "model.safetensors"))
-    w_cut = load_file(str(cut / "weights" / f"step_{STEPS}" / "model.safetensors"))
+    w_ref = load_trainer_state(ref / "weights" / f"step_{STEPS}")
+    w_cut = load_trainer_state(cut / "weights" / f"step_{STEPS}")
     assert w_ref.keys() == w_cut.keys()
     assert all((w_ref[k] == w_cut[k]).all() for k in w_ref), "weights differ after resume"
 

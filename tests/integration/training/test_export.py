@@ -13,14 +13,15 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from training.config import dump_toml, load_config
-from training.fsutil import STABLE
+from training.fsutil import STABLE, publish_dir
 from training.inference.engine import Engine
 from training.model import create_tiny_model, load_model, load_tokenizer
 from training.rundir import RunDir
+from training.weights import load_trainer_state, publish_sharded
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +33,7 @@ STEP = 7
 
 def make_run(root: Path, arch: str) -> RunDir:
     """A run directory as a finished run leaves it: config, a committed SFT model and a committed
-    RL version (the SFT weights moved, under the trainer's tensor names)."""
+    RL version (the SFT weights moved), published as the trainer publishes."""
     run = RunDir(root)
     cfg = load_config(DEMO, [f"model.arch={arch}", "run_id=exp"])
     root.mkdir(parents=True)
@@ -42,10 +43,9 @@ def make_run(root: Path, arch: str) -> RunDir:
     torch.manual_seed(0)
     trained = {k: v + 0.05 * torch.randn_like(v) if v.is_floating_point() else v
                for k, v in load_model(run.sft_final).state_dict().items()}
-    weights = run.step(run.weights, STEP)
-    weights.mkdir(parents=True)
-    save_file({k: v.contiguous() for k, v in trained.items()}, str(weights / "model.safetensors"))
-    (weights / STABLE).write_text("{}")
+    # published as the trainer publishes (training/weights.py): a model directory in release names
+    publish_sharded(run.step(run.weights, STEP), trained, run.sft_final, {"version": STEP},
+                    lambda final, marker, info, fill: publish_dir(final, fill, marker, info))
     return run
 
 
@@ -60,8 +60,7 @@ def engine_tokens(run: RunDir, version: int | None) -> list[int]:
     engine = Engine(load_model(run.sft_final), tok.pad_token_id, {tok.eos_token_id}, 4)
     try:
         if version is not None:
-            weights = run.step(run.weights, version) / "model.safetensors"
-            engine.update_weights(load_file(str(weights)), version)
+            engine.update_weights(load_trainer_state(run.step(run.weights, version)), version)
         prompt = tok.encode(PROMPT, add_special_tokens=False)
         (seq,) = engine.submit([prompt], n=1, max_tokens=12, temperature=0.0, seed=0).wait(60)
         return list(seq.tokens)

@@ -26,6 +26,7 @@ from training.metrics import read_metrics
 from training.model import CHARS, SPECIAL, create_tiny_model, load_model, token_logprobs
 from training.orchestrator.batch import Sample, collate
 from training.rundir import RunDir, free_port
+from training.weights import load_trainer_state
 
 pytestmark = pytest.mark.integration
 
@@ -153,7 +154,7 @@ def losses(run: RunDir) -> dict[int, float]:
 
 
 def final_weights(run: RunDir) -> dict[str, torch.Tensor]:
-    return load_file(str(run.step(run.weights, STEPS) / "model.safetensors"))
+    return load_trainer_state(run.step(run.weights, STEPS))
 
 
 def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
@@ -221,7 +222,7 @@ def test_sharded_ranks_load_the_base_model_and_publish_it_whole(tmp_path: Path) 
     model's safetensors; the streamed publication gathers them back into one file, bit for bit."""
     run = make_run(tmp_path / "run")
     train(run, 2, tmp_path / "pub.log", fsdp=True, extra=("--publish-only",))
-    published = load_file(str(run.step(run.weights, 0) / "model.safetensors"))
+    published = load_trainer_state(run.step(run.weights, 0))
     base = load_file(str(run.base_model / "model.safetensors"))
     assert published.keys() == base.keys()
     assert all(published[k].dtype == base[k].dtype and torch.equal(published[k], base[k]) for k in base)

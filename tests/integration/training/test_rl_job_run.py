@@ -1,12 +1,16 @@
-"""A real job: SFT, inference server, two gloo trainer ranks and the orchestrator, as processes."""
+"""A real job: SFT, inference server, two gloo trainer ranks and the orchestrator, as processes, on
+the tiny GLM-4.5-Air-architecture MoE (training/configs/moe-demo.toml): its weights go from the
+trainer ranks through the release's per-expert names to the inference server every step. The
+other whole-job tests run the dense demo model."""
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 
 import pytest
-from rljob_helpers import FAST, launch_argv, metrics
+from rljob_helpers import FAST, MOE_DEMO, launch_argv, metrics
 
 pytestmark = pytest.mark.integration
 
@@ -31,6 +35,7 @@ def test_async_bounds_hold_in_a_real_run(tmp_path: Path, jobs) -> None:  # type:
                 "eval.every=4",
                 'eval.envs=["arithmetic", "reverse_text"]',
             ],
+            job=MOE_DEMO,
         ),
         tmp_path / "launch.log",
     )
@@ -87,6 +92,14 @@ def test_async_bounds_hold_in_a_real_run(tmp_path: Path, jobs) -> None:  # type:
     logs = {p.name for p in (out / "logs").iterdir()}
     assert logs == {"sft.log", "inference-0.log", "trainer-0.log", "trainer-1.log", "orchestrator.log"}
     assert (out / "weights" / f"step_{steps}" / "STABLE").is_file()
+    # Versions on disk: the newest max(keep_weights, async_level + 2) and those of the two kept
+    # checkpoints (5, 10), each a model directory in the release's names (a shard per trainer rank).
+    kept = sorted(int(p.name.removeprefix("step_")) for p in (out / "weights").glob("step_*"))
+    newest = max(3, k + 2)
+    assert kept == sorted({5, 10} | set(range(steps - newest + 1, steps + 1))), kept
+    index = json.loads((out / "weights" / "step_10" / "model.safetensors.index.json").read_text())
+    assert "model.layers.1.mlp.experts.3.down_proj.weight" in index["weight_map"]
+    assert len(set(index["weight_map"].values())) == 2
     assert (out / "checkpoints" / "trainer" / "step_5" / "COMMITTED").is_file()
     assert (out / "checkpoints" / "orchestrator" / "step_5" / "COMMITTED").is_file()
     assert (out / "peers" / "metrics-trainer.json").is_file()

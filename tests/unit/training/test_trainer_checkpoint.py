@@ -15,7 +15,7 @@ from training.fsutil import COMMITTED
 from training.model import create_tiny_model, load_model
 from training.rundir import RunDir
 from training.trainer import checkpoint
-from training.trainer.checkpoint import TensorSpec, write_safetensors_stream
+from training.weights import TensorSpec, write_safetensors_stream
 
 
 def test_streamed_safetensors_round_trip(tmp_path: Path) -> None:
