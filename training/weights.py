@@ -54,6 +54,14 @@ class Layout:
         """Checkpoint tensors back into the trainer's parameters."""
         return tensors
 
+    def read_rows(
+        self, name: str, shape: tuple[int, ...], rows: slice, read: Callable[[str], torch.Tensor]
+    ) -> torch.Tensor | None:
+        """Rows `rows` of trainer tensor `name` (global `shape`) built from checkpoint tensors that
+        `read(checkpoint_name)` returns whole; None when this layout does not build `name`. How a
+        rank loads its FSDP rows of a fused tensor the checkpoint stores in pieces."""
+        return None
+
 
 _FUSED = re.compile(r"^(?P<prefix>.*\.mlp\.experts)\.(?P<kind>gate_up_proj|down_proj)$")
 _PER_EXPERT = re.compile(
@@ -77,6 +85,21 @@ class PerExpertLayout(Layout):
                 gate, up = tensor[i].chunk(2, dim=0)
                 out += [(f"{prefix}.{i}.gate_proj.weight", gate), (f"{prefix}.{i}.up_proj.weight", up)]
         return out
+
+    def read_rows(
+        self, name: str, shape: tuple[int, ...], rows: slice, read: Callable[[str], torch.Tensor]
+    ) -> torch.Tensor | None:
+        m = _FUSED.match(name)
+        if m is None:
+            return None
+        parts = []
+        for i in range(rows.start, rows.stop):  # dim 0 of a fused tensor is the expert
+            if m["kind"] == "down_proj":
+                parts.append(read(f"{m['prefix']}.{i}.down_proj.weight"))
+            else:
+                parts.append(torch.cat([read(f"{m['prefix']}.{i}.gate_proj.weight"),
+                                        read(f"{m['prefix']}.{i}.up_proj.weight")]))
+        return torch.stack(parts) if parts else torch.empty((0, *shape[1:]))
 
     def fuse(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         out: dict[str, torch.Tensor] = {}

@@ -17,7 +17,7 @@ without STABLE.
   every other request to vLLM. It calls `collective_rpc("reload_weights", ...)` on the app's engine
   client, which runs the method below on every tensor-parallel worker between engine steps (running
   requests continue with the new weights), then resets the prefix cache so no new request reuses
-  KV computed by the old policy.
+  KV computed by the old policy, and checks that vLLM did (`reset_prefix_cache`).
 - `WeightReloadExtension` is mixed into each vLLM GPU worker by `--worker-extension-cls`; it streams
   the directory's shards tensor by tensor into `model.load_weights`, which shards each tensor for
   the worker's tensor-parallel rank. The names are the release checkpoint's (per-expert MoE
@@ -136,7 +136,7 @@ class UpdateWeightsMiddleware:
             async with self._lock:  # one reload at a time; generation continues between engine steps
                 t0 = time.perf_counter()
                 counts = await engine.collective_rpc("reload_weights", args=(str(weight_dir),))
-                await engine.reset_prefix_cache()
+                await reset_prefix_cache(engine)
                 self.version = version
         except Exception as exc:  # the engine's failure, reported to the orchestrator as one line
             await _send_json(send, 500, _error(f"{type(exc).__name__}: {exc}", "InternalServerError", 500))
@@ -144,6 +144,22 @@ class UpdateWeightsMiddleware:
         await _send_json(
             send, 200, {"version": version, "load_s": time.perf_counter() - t0, "tensors": counts}
         )
+
+
+async def reset_prefix_cache(engine: Any) -> None:
+    """Empty vLLM's prefix cache so no new request reuses KV computed under older weights. vLLM's
+    engine client answers False when running requests hold cached blocks; then those are reset too
+    (vLLM preempts them and they prefill again under the new weights, as the built-in server's
+    in-flight sequences do). Older clients answer None: nothing to check. Raises if refused."""
+    done = await engine.reset_prefix_cache()
+    if done is False:
+        try:
+            done = await engine.reset_prefix_cache(reset_running_requests=True)
+        except TypeError:  # a client without the option: the refusal stands
+            done = False
+    if done is False:
+        raise RuntimeError("vLLM refused to reset its prefix cache; new requests could reuse KV "
+                           "computed under the previous weights")
 
 
 def _error(message: str, kind: str, code: int) -> dict[str, Any]:

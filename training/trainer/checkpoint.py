@@ -42,7 +42,7 @@ from training.config import JobConfig
 from training.fsutil import COMMITTED, publish_dir, step_dirs
 from training.model import DTYPES, load_model
 from training.rundir import RunDir
-from training.weights import publish_sharded
+from training.weights import LAYOUTS, Layout, model_type, publish_sharded
 
 TRAINER_STATE = "trainer_state.pt"
 KEEP_CHECKPOINTS = 2
@@ -123,30 +123,56 @@ def _local_slice(t: torch.Tensor) -> tuple[slice, ...]:
 
 def load_initial_weights(model: Any, path: Path, dtype: str) -> None:
     """Fill `model` (built by build_model) from the HF checkpoint at `path`: each rank reads only
-    the rows it owns. Checkpoints whose tensor names differ from the model's (transformers converts
-    e.g. per-expert MoE weights on load) fall back to one full load on rank 0, broadcast
-    tensor by tensor to the shards."""
+    the rows it owns, also of tensors the checkpoint stores in pieces (per-expert MoE weights,
+    training/weights.py). A checkpoint the model's layout cannot map falls back to one full load on
+    rank 0, broadcast tensor by tensor to the shards."""
     sd = model.state_dict()
     index = _safetensors_index(path)
-    loaded = {id(v) for k, v in sd.items() if k in index}
-    # A tied weight (lm_head = embeddings) shares the tensor of a name the file does hold.
-    missing = [k for k, v in sd.items() if k not in index and id(v) not in loaded]
-    if missing:
+    kind = model_type(path) if (path / "config.json").is_file() else ""
+    layout = LAYOUTS.get(kind, Layout())
+    handles: dict[Path, Any] = {}
+
+    def handle(name: str) -> Any:
+        if index[name] not in handles:
+            handles[index[name]] = safe_open(str(index[name]), framework="pt")
+        return handles[index[name]]
+
+    def read(name: str) -> torch.Tensor:
+        if name not in index:
+            raise KeyError(name)
+        return handle(name).get_tensor(name)
+
+    tied = {id(v) for k, v in sd.items() if k in index}  # lm_head = embeddings: loaded by name
+    pieces = {k for k, v in sd.items() if k not in index and id(v) not in tied}
+    if any(not _maps(layout, k, sd[k], read) for k in pieces):
+        handles.clear()
         _load_converted(model, path, dtype)
         return
-    handles: dict[Path, Any] = {}
     try:
         with torch.no_grad():
             for name, t in sd.items():
-                if name not in index:
-                    continue
-                if index[name] not in handles:
-                    handles[index[name]] = safe_open(str(index[name]), framework="pt")
-                rows = handles[index[name]].get_slice(name)[_local_slice(t)]
                 local = t.to_local() if isinstance(t, DTensor) else t
-                local.copy_(rows)
+                where = _local_slice(t)
+                if name in index:
+                    local.copy_(handle(name).get_slice(name)[where])
+                elif name in pieces:
+                    rows = layout.read_rows(name, tuple(t.shape), where[0], read)
+                    assert rows is not None  # _maps said so
+                    local.copy_(rows)
     finally:
         handles.clear()
+
+
+def _maps(layout: Layout, name: str, t: torch.Tensor, read: Callable[[str], torch.Tensor]) -> bool:
+    """Whether the layout builds this rank's rows of `name` (FSDP shards dim 0 only) from tensors
+    the checkpoint holds (tried on one row)."""
+    where = _local_slice(t)
+    if any(w != slice(0, n) for w, n in zip(where[1:], t.shape[1:], strict=True)):
+        return False
+    try:
+        return layout.read_rows(name, tuple(t.shape), slice(0, min(1, t.shape[0])), read) is not None
+    except KeyError:
+        return False
 
 
 def _load_converted(model: Any, path: Path, dtype: str) -> None:

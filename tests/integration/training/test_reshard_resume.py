@@ -26,7 +26,7 @@ from training.metrics import read_metrics
 from training.model import CHARS, SPECIAL, create_tiny_model, load_model, token_logprobs
 from training.orchestrator.batch import Sample, collate
 from training.rundir import RunDir, free_port
-from training.weights import load_trainer_state
+from training.weights import iter_checkpoint_tensors, load_trainer_state, weight_files
 
 pytestmark = pytest.mark.integration
 
@@ -38,10 +38,11 @@ STEPS, EVERY, MICRO, SEQS = 9, 3, 4, 2
 ATOL = 2e-5
 
 
-def make_run(root: Path) -> RunDir:
+def make_run(root: Path, arch: str = "qwen3") -> RunDir:
     cfg = load_config(
         None,
         [
+            f"model.arch={arch}",
             "seed=3",
             "sft.enabled=false",
             f"trainer.steps={STEPS}",
@@ -217,12 +218,15 @@ def test_sharded_checkpoint_reshards_from_four_ranks_to_two(tmp_path: Path) -> N
         assert loss == pytest.approx(l_ref[step], abs=1e-5), step
 
 
-def test_sharded_ranks_load_the_base_model_and_publish_it_whole(tmp_path: Path) -> None:
+@pytest.mark.parametrize("arch", ["qwen3", "glm4_moe"])
+def test_sharded_ranks_load_the_base_model_and_publish_it_whole(tmp_path: Path, arch: str) -> None:
     """Step 0 at world 2 with FSDP2: each rank fills its meta-built shards from its rows of the base
-    model's safetensors; the streamed publication gathers them back into one file, bit for bit."""
-    run = make_run(tmp_path / "run")
+    model's safetensors (the MoE's fused experts from the release's per-expert tensors); the two
+    ranks' parallel publication holds the base model again, bit for bit, in the same names."""
+    run = make_run(tmp_path / "run", arch)
     train(run, 2, tmp_path / "pub.log", fsdp=True, extra=("--publish-only",))
-    published = load_trainer_state(run.step(run.weights, 0))
+    published = dict(iter_checkpoint_tensors(run.step(run.weights, 0)))
+    assert len(weight_files(run.step(run.weights, 0))) == 2  # one shard per rank
     base = load_file(str(run.base_model / "model.safetensors"))
     assert published.keys() == base.keys()
     assert all(published[k].dtype == base[k].dtype and torch.equal(published[k], base[k]) for k in base)

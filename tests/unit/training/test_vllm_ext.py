@@ -62,6 +62,19 @@ class Engine:
         self.calls.append("reset_prefix_cache")
 
 
+class RefusingEngine(Engine):
+    """vLLM's newer client: False while running requests hold cached blocks, unless told to reset
+    them too (`refuse_always`: a reset that never happens)."""
+
+    def __init__(self, workers: list[Worker], refuse_always: bool = False) -> None:
+        super().__init__(workers)
+        self.refuse_always = refuse_always
+
+    async def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:  # type: ignore[override]
+        self.calls.append(f"reset_prefix_cache(running={reset_running_requests})")
+        return reset_running_requests and not self.refuse_always
+
+
 def call(mw: UpdateWeightsMiddleware, engine: Engine, method: str, path: str, body: bytes) -> tuple[int, Any]:
     """One HTTP request through the middleware, as Starlette hands it over (scope["app"].state)."""
     sent: list[dict] = []
@@ -108,6 +121,42 @@ def test_update_reloads_every_worker_and_resets_the_prefix_cache(tmp_path: Path)
     assert mw.version == 3
     call(mw, engine, "POST", "/v1/completions", b"{}")  # everything else goes to vLLM
     assert passed == ["/v1/completions"]
+
+
+def test_a_refused_prefix_cache_reset_is_retried_with_the_running_requests_then_an_error(
+    tmp_path: Path,
+) -> None:
+    wdir = publish_weights(tmp_path, 2, 0.5)
+    body = json.dumps({"weight_dir": str(wdir), "version": 2}).encode()
+    engine = RefusingEngine([Worker()])
+    mw = UpdateWeightsMiddleware(lambda *a: None)  # type: ignore[arg-type,return-value]
+    status, out = call(mw, engine, "POST", "/update_weights", body)
+    assert status == 200 and mw.version == 2
+    assert engine.calls == ["reload_weights", "reset_prefix_cache(running=False)",
+                            "reset_prefix_cache(running=True)"]
+    never = RefusingEngine([Worker()], refuse_always=True)
+    mw = UpdateWeightsMiddleware(lambda *a: None)  # type: ignore[arg-type,return-value]
+    status, out = call(mw, never, "POST", "/update_weights", body)
+    assert status == 500 and "refused to reset its prefix cache" in out["error"]["message"]
+    assert mw.version == 0  # the orchestrator is told; the version is not claimed
+
+
+def test_a_sharded_model_directory_reloads_in_release_names(tmp_path: Path) -> None:
+    """What the trainer publishes (training/weights.py): shards and an index; every tensor reaches
+    the workers under its checkpoint name."""
+    from training.weights import publish_sharded
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "llama"}')
+    sd = {"proj.weight": torch.full((3, 4), 2.0), "proj.bias": torch.full((3,), 1.0)}
+    publish_sharded(tmp_path / "step_5", sd, tmp_path / "model", {"version": 5},
+                    lambda f, marker, info, fill: publish_dir(f, fill, marker, info))
+    engine = Engine([Worker()])
+    mw = UpdateWeightsMiddleware(lambda *a: None)  # type: ignore[arg-type,return-value]
+    status, out = call(mw, engine, "POST", "/update_weights",
+                       json.dumps({"weight_dir": str(tmp_path / "step_5"), "version": 5}).encode())
+    assert status == 200 and out["tensors"] == [2]
+    assert torch.equal(engine.workers[0].model_runner.model.proj.weight, torch.full((3, 4), 2.0))
 
 
 def test_uncommitted_or_malformed_updates_are_400_in_vllm_error_shape(tmp_path: Path) -> None:

@@ -147,3 +147,20 @@ def test_a_directory_missing_a_shard_is_not_a_weight_directory(
     weight_files(ours)[0].unlink()
     with pytest.raises(WeightsError, match="missing shards"):
         weight_files(ours)
+
+
+def test_the_trainer_reads_a_per_expert_checkpoint_row_by_row_without_a_full_load(
+    moe: tuple[Path, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The base model (and SFT output) name experts one by one; the trainer's fused parameters are
+    filled from those pieces (each FSDP rank its rows), not by rank 0 loading the whole model."""
+    from training.trainer import checkpoint
+
+    model_dir, model = moe
+    monkeypatch.setattr(checkpoint, "_load_converted",
+                        lambda *a: pytest.fail("fell back to one full load on rank 0"))
+    fresh = checkpoint.build_model(model_dir, "float32", torch.device("cpu"), fsdp=False)
+    checkpoint.load_initial_weights(fresh, model_dir, "float32")
+    got = fresh.state_dict()
+    for name, t in model.state_dict().items():
+        assert torch.equal(got[name], t), name
