@@ -6,10 +6,9 @@ see trainer.checkpoint.prune_weights). Both are model directories already (train
 writes the trainer's versions); export loads the version into the run's architecture, so a run
 published before that change (one file, the trainer's names) exports the same way.
 
-The writer is transformers' own `save_pretrained`: it turns the trainer's names into the names
-the model's published checkpoints use (transformers 5 fuses MoE experts into 3-D tensors when it
-loads; saving splits them back into `experts.<i>.{gate,up,down}_proj`), shards the safetensors
-with an index, and writes config and tokenizer beside them. The directory is written aside and
+The writer is the trainer's (training/weights.py, one process here): the release's tensor names
+(fused MoE experts split back into `experts.<i>.{gate,up,down}_proj`), safetensors shards with an
+index, config and tokenizer beside them. The directory is written aside and
 renamed into place, then loaded again with `AutoModelForCausalLM.from_pretrained` and compared
 tensor by tensor with what was exported.
 """
@@ -68,9 +67,16 @@ def _check_output(out: Path) -> None:
 def export_run(run_dir: Path, output: Path, step: int | None = None, sft: bool = False) -> Exported:
     """Write the chosen policy of the run at `run_dir` to `output` as a model directory."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    from training.weights import WeightsError, load_trainer_state
+    from training.weights import (
+        WeightsError,
+        copy_model_files,
+        layout_for,
+        load_trainer_state,
+        model_type,
+        write_shards,
+    )
 
     run = RunDir(run_dir)
     if not run.config.is_file():
@@ -92,8 +98,9 @@ def export_run(run_dir: Path, output: Path, step: int | None = None, sft: bool =
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
     try:
-        model.save_pretrained(str(tmp))
-        AutoTokenizer.from_pretrained(str(base)).save_pretrained(str(tmp))
+        sd = model.state_dict()
+        write_shards(tmp, sd, layout_for(model_type(base), sd), rank=0, world=1)
+        copy_model_files(base, tmp)
         info = Exported(str(run_dir), str(output), source, chosen, 0, [])
         (tmp / "opsctl_export.json").write_text(json.dumps({**asdict(info), "run_id": cfg.run_id}, indent=1))
         info.tensors = verify(tmp, model)
