@@ -211,6 +211,12 @@ class TrainerConfig:
     # Recompute each decoder layer in backward instead of keeping its activations: "auto" on GPUs
     # (long chains of thought), "on", "off" (CPU default: the tiny models' activations are small).
     activation_checkpointing: str = "auto"
+    # The dtype of the trainer's sharded parameters, gradients and optimizer state. The published
+    # weights (and SFT, and the inference servers) use model.dtype.
+    master_dtype: str = "float32"
+    # The dtype the layers compute in under FSDP (its MixedPrecisionPolicy param_dtype; gradients
+    # are reduce-scattered in master_dtype): "auto" is model.dtype, e.g. bfloat16 on GPUs.
+    compute_dtype: str = "auto"
 
 
 @dataclass
@@ -246,6 +252,8 @@ CHOICES = {
     "inference.backend": {"builtin", "vllm"},
     "model.arch": {"qwen3", "glm4_moe", "llama"},
     "model.dtype": {"float32", "bfloat16", "float16"},
+    "trainer.master_dtype": {"float32", "bfloat16"},
+    "trainer.compute_dtype": {"auto", "float32", "bfloat16", "float16"},
     "trainer.backend": {"auto", "gloo", "nccl"},
     "trainer.activation_checkpointing": {"auto", "on", "off"},
     "orchestrator.scheduling": {"auto", "continuous", "batch"},

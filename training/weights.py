@@ -302,10 +302,16 @@ def shard_name(k: int, n: int) -> str:
     return f"model-{k + 1:05d}-of-{n:05d}.safetensors"
 
 
-def write_shards(tmp: Path, sd: dict[str, torch.Tensor], layout: Layout, rank: int, world: int) -> None:
-    """Collective: each rank writes the shard file of the tensors it owns into `tmp`; rank 0 then
-    writes the index. Every rank walks all tensors in the same order (the gathers are collective)."""
-    specs = [TensorSpec(k, tuple(v.shape), v.dtype) for k, v in sd.items()]  # DTensor.shape is global
+def write_shards(tmp: Path, sd: dict[str, torch.Tensor], layout: Layout, rank: int, world: int,
+                 dtype: torch.dtype | None = None) -> None:
+    """Collective: each rank writes the shard file of the tensors it owns into `tmp`, floating point
+    ones cast to `dtype` (the serving dtype) when given; rank 0 then writes the index. Every rank
+    walks all tensors in the same order (the gathers are collective)."""
+
+    def out_dtype(t: torch.Tensor) -> torch.dtype:
+        return dtype if dtype is not None and t.is_floating_point() else t.dtype
+
+    specs = [TensorSpec(k, tuple(v.shape), out_dtype(v)) for k, v in sd.items()]  # DTensor.shape: global
     owners = deal(specs, world)
     writers = sorted(set(owners))
     files = {r: shard_name(i, len(writers)) for i, r in enumerate(writers)}
@@ -315,7 +321,7 @@ def write_shards(tmp: Path, sd: dict[str, torch.Tensor], layout: Layout, rank: i
     for (name, t), owner in zip(sd.items(), owners, strict=True):
         full = gather_to(t, owner)
         if full is not None and owner == rank and writer is not None:
-            for _, piece in layout.split(name, full):
+            for _, piece in layout.split(name, full.to(out_dtype(full))):
                 writer.write(piece)
     if writer is not None:
         writer.close()
@@ -345,9 +351,11 @@ def publish_sharded(
     model_dir: Path,
     info: dict[str, Any],
     publish: Callable[[Path, str, dict[str, Any], Callable[[Path], None]], None],
+    dtype: torch.dtype | None = None,
 ) -> None:
-    """Write `sd` (the trainer's state dict, DTensors under FSDP) as the model directory `final`;
-    `publish` is the collective publish of training.trainer.checkpoint (temp dir, rename, marker)."""
+    """Write `sd` (the trainer's state dict, DTensors under FSDP) as the model directory `final`,
+    floating point tensors in `dtype` when given; `publish` is the collective publish of
+    training.trainer.checkpoint (temp dir, rename, marker)."""
     from training.fsutil import STABLE
 
     rank = dist.get_rank() if dist.is_initialized() else 0
@@ -355,7 +363,7 @@ def publish_sharded(
     layout = layout_for(model_type(model_dir), sd)
 
     def fill(tmp: Path) -> None:
-        write_shards(tmp, sd, layout, rank, world)
+        write_shards(tmp, sd, layout, rank, world, dtype)
         if rank == 0:
             copy_model_files(model_dir, tmp)
 

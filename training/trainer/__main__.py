@@ -77,7 +77,10 @@ class Trainer:
         # Parameters start on the meta device and get memory only for this rank's shards.
         initial = run.initial_model(cfg)
         ac = tc.activation_checkpointing == "on" or (tc.activation_checkpointing == "auto" and self.cuda)
-        self.model = checkpoint.build_model(initial, cfg.model.dtype, self.device, self.fsdp, ac)
+        # Master weights, gradients and optimizer state in trainer.master_dtype; under FSDP the layers
+        # compute in trainer.compute_dtype ("auto": the serving dtype, model.dtype).
+        compute = cfg.model.dtype if tc.compute_dtype == "auto" else tc.compute_dtype
+        self.model = checkpoint.build_model(initial, tc.master_dtype, self.device, self.fsdp, ac, compute)
         self.model.train()
         self.opt = torch.optim.AdamW(
             self.model.parameters(), lr=tc.lr, betas=(tc.betas[0], tc.betas[1]), weight_decay=tc.weight_decay
@@ -93,7 +96,7 @@ class Trainer:
         if resume_step:
             self.load_checkpoint(resume_step)
         else:
-            checkpoint.load_initial_weights(self.model, initial, cfg.model.dtype)
+            checkpoint.load_initial_weights(self.model, initial, tc.master_dtype)
 
     # -- state (training/trainer/checkpoint.py) --------------------------------------------------
     def save_checkpoint(self) -> None:

@@ -79,9 +79,11 @@ def enable_activation_checkpointing(model: Any) -> None:
 
 
 def build_model(path: Path, dtype: str, device: torch.device, fsdp: bool,
-                activation_checkpointing: bool = False) -> Any:
-    """The architecture at `path` with uninitialised parameters, sharded when `fsdp`: weights come
-    from load_initial_weights or load_checkpoint."""
+                activation_checkpointing: bool = False, compute_dtype: str | None = None) -> Any:
+    """The architecture at `path` with uninitialised parameters in `dtype` (the master copy), sharded
+    when `fsdp`: weights come from load_initial_weights or load_checkpoint. Under FSDP with another
+    `compute_dtype`, each layer's gathered parameters are cast to it for forward and backward, and
+    gradients are reduce-scattered in `dtype` (FSDP2's MixedPrecisionPolicy)."""
     with params_on_meta():
         model: Any = AutoModelForCausalLM.from_config(
             AutoConfig.from_pretrained(str(path)), dtype=DTYPES[dtype]
@@ -89,11 +91,14 @@ def build_model(path: Path, dtype: str, device: torch.device, fsdp: bool,
     if activation_checkpointing:
         enable_activation_checkpointing(model)
     if fsdp:
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+        policy = MixedPrecisionPolicy()
+        if compute_dtype is not None and compute_dtype != dtype:
+            policy = MixedPrecisionPolicy(param_dtype=DTYPES[compute_dtype], reduce_dtype=DTYPES[dtype])
         for layer in model.model.layers:
-            fully_shard(layer)
-        fully_shard(model)
+            fully_shard(layer, mp_policy=policy)
+        fully_shard(model, mp_policy=policy)
     buffers = {n: b.detach().clone() for n, b in model.named_buffers()}
     model.to_empty(device=device)  # allocates only this rank's shards; buffers come back below
     with torch.no_grad():
@@ -275,7 +280,7 @@ def publish_weights(run: RunDir, cfg: JobConfig, model: Any, step: int, rank: in
     into weights/step_N, a model directory; rank 0 indexes, marks and prunes old versions."""
     sd = {k: v for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
     publish_sharded(run.step(run.weights, step), sd, run.initial_model(cfg), {"version": step},
-                    _collective_publish)
+                    _collective_publish, DTYPES[cfg.model.dtype])
     if rank == 0:
         prune_weights(run, cfg)
 
