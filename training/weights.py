@@ -303,18 +303,19 @@ def shard_name(k: int, n: int) -> str:
 
 
 def write_shards(tmp: Path, sd: dict[str, torch.Tensor], layout: Layout, rank: int, world: int,
-                 dtype: torch.dtype | None = None) -> None:
+                 dtype: torch.dtype | None = None, writers: int | None = None) -> None:
     """Collective: each rank writes the shard file of the tensors it owns into `tmp`, floating point
     ones cast to `dtype` (the serving dtype) when given; rank 0 then writes the index. Every rank
-    walks all tensors in the same order (the gathers are collective)."""
+    walks all tensors in the same order (the gathers are collective). `writers` limits the writing
+    ranks to the first N (1: rank 0 streams everything, the old way; bench/bench_publish.py)."""
 
     def out_dtype(t: torch.Tensor) -> torch.dtype:
         return dtype if dtype is not None and t.is_floating_point() else t.dtype
 
     specs = [TensorSpec(k, tuple(v.shape), out_dtype(v)) for k, v in sd.items()]  # DTensor.shape: global
-    owners = deal(specs, world)
-    writers = sorted(set(owners))
-    files = {r: shard_name(i, len(writers)) for i, r in enumerate(writers)}
+    owners = deal(specs, min(writers or world, world))
+    writing = sorted(set(owners))
+    files = {r: shard_name(i, len(writing)) for i, r in enumerate(writing)}
     mine = [checkpoint_specs(layout, s) for s, o in zip(specs, owners, strict=True) if o == rank]
     writer = SafetensorsWriter(tmp / files[rank], [c for cs in mine for c in cs], {"format": "pt"}) \
         if rank in files else None
@@ -352,10 +353,11 @@ def publish_sharded(
     info: dict[str, Any],
     publish: Callable[[Path, str, dict[str, Any], Callable[[Path], None]], None],
     dtype: torch.dtype | None = None,
+    writers: int | None = None,
 ) -> None:
     """Write `sd` (the trainer's state dict, DTensors under FSDP) as the model directory `final`,
     floating point tensors in `dtype` when given; `publish` is the collective publish of
-    training.trainer.checkpoint (temp dir, rename, marker)."""
+    training.trainer.checkpoint (temp dir, rename, marker); `writers` as in write_shards."""
     from training.fsutil import STABLE
 
     rank = dist.get_rank() if dist.is_initialized() else 0
@@ -363,7 +365,7 @@ def publish_sharded(
     layout = layout_for(model_type(model_dir), sd)
 
     def fill(tmp: Path) -> None:
-        write_shards(tmp, sd, layout, rank, world, dtype)
+        write_shards(tmp, sd, layout, rank, world, dtype, writers)
         if rank == 0:
             copy_model_files(model_dir, tmp)
 
