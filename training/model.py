@@ -6,7 +6,6 @@ tokenizer is built with the `tokenizers` library and saved beside it with `save_
 
 from __future__ import annotations
 
-import string
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +15,11 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTra
 from transformers.utils import logging as transformers_logging
 
 from training.config import ModelConfig
+from training.tokens import CHARS, SPECIAL
 
 transformers_logging.disable_progress_bar()
 transformers_logging.set_verbosity_error()
 
-SPECIAL = ["<pad>", "<bos>", "<eos>", "<unk>"]
-# Everything the environments print: digits, lowercase letters, operators and the newline that
-# ends an answer.
-CHARS = list(string.digits + string.ascii_lowercase + "+-*=:?., \n")
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

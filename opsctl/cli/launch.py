@@ -9,7 +9,7 @@ import sys
 import click
 
 from opsctl.cli.common import config_path
-from opsctl.errors import EXIT_UNHEALTHY, UsageError
+from opsctl.errors import EXIT_UNHEALTHY, ConfigError, UsageError
 
 
 @click.group()
@@ -36,6 +36,8 @@ def launch() -> None:
 )
 @click.option("--resume", is_flag=True, help="Continue the run in --output from its last checkpoint.")
 @click.option("--dry-run", is_flag=True, help="Validate and print the resolved config; start nothing.")
+@click.option("--plan", "plan_only", is_flag=True,
+              help="Print per-GPU trainer memory, traffic and publication cost; start nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--nodes", type=int, default=None, help="Slurm: nodes in all ([launch] nodes, 64).")
 @click.option("--inference-nodes", type=int, default=None,
@@ -51,6 +53,7 @@ def rl_run(
     output: str | None,
     resume: bool,
     dry_run: bool,
+    plan_only: bool,
     as_json: bool,
     nodes: int | None,
     inference_nodes: int | None,
@@ -58,6 +61,14 @@ def rl_run(
 ) -> None:
     """SFT, then RL with inference, orchestrator and trainer processes."""
     config = _job_file(job_file, old_job)
+    if plan_only:  # a layout that does not fit the GPU: the plan, then exit 2 (a config to change)
+        from opsctl.launch.plan import plan_cli
+
+        text, fits = plan_cli(config_path(ctx), config, list(overrides), nodes, inference_nodes, as_json)
+        click.echo(text)
+        if not fits:
+            raise ConfigError("the layout does not fit the GPU (see the plan above)")
+        return
     from opsctl.launch import local as launcher
     from training.config import dump_toml
     from training.rundir import resume_point

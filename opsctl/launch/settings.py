@@ -29,6 +29,11 @@ class LaunchSection:
     gpus_per_node: int = field(default=8, metadata=limits(ge=1))
     gpu_type: str = "h200"  # the GRES type: gpu:<gpu_type>:<gpus_per_node>
     tasks_per_node: int = field(default=8, metadata=limits(ge=1))  # trainer ranks per node (one per GPU)
+    # Memory of one GPU as nvidia-smi reports it (H200: 143771 MiB): `launch rl-run --plan` refuses a
+    # layout whose trainer GPUs would need more (less its headroom).
+    gpu_memory_mib: int = field(default=143771, metadata=limits(ge=1))
+    # What one node writes to the shared file system, GB/s: the plan's publication time assumes it.
+    node_write_gbps: float = field(default=2.0, metadata=limits(gt=0))
     request_gres: bool = True  # ask Slurm for gpu:<type>:<gpus_per_node> per node
     time_limit: str = "7-00:00:00"  # the job's Slurm time limit (sbatch --time)
     # SIGUSR1 reaches the batch script this long before the time limit; it asks the trainer to
