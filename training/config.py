@@ -214,6 +214,10 @@ class TrainerConfig:
     # The dtype of the trainer's sharded parameters, gradients and optimizer state. The published
     # weights (and SFT, and the inference servers) use model.dtype.
     master_dtype: str = "float32"
+    # FSDP shards each parameter over groups of this many trainer ranks and replicates it across the
+    # groups (HSDP; e.g. 8: a node's GPUs, so the per-layer all-gathers stay on NVLink); 0: one
+    # group of every rank. The trainer world size must be a multiple.
+    shard_gpus: int = 0
     # The dtype the layers compute in under FSDP (its MixedPrecisionPolicy param_dtype; gradients
     # are reduce-scattered in master_dtype): "auto" is model.dtype, e.g. bfloat16 on GPUs.
     compute_dtype: str = "auto"
@@ -367,6 +371,10 @@ def validate(cfg: JobConfig) -> None:
     for key, value in positive.items():
         if value <= 0:
             raise ConfigError(f"{key}: must be > 0, got {value}")
+    shard, world = cfg.trainer.shard_gpus, cfg.trainer.world_size
+    if shard < 0 or (shard and world > 1 and world % shard):  # world 1: before a launch sets it
+        raise ConfigError(f"trainer.shard_gpus: {shard} must be 0 or divide trainer.world_size "
+                          f"({cfg.trainer.world_size})")
     if cfg.orchestrator.group_size < 2:
         raise ConfigError("orchestrator.group_size: must be >= 2 (advantages are relative to the group)")
     if cfg.orchestrator.async_level < 0:

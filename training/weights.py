@@ -278,23 +278,33 @@ def checkpoint_specs(layout: Layout, spec: TensorSpec) -> list[TensorSpec]:
 
 def gather_to(t: torch.Tensor, owner: int) -> torch.Tensor | None:
     """The full value of `t` on `owner` (None elsewhere). A DTensor sharded on dim 0 (FSDP2's
-    layout: rank r holds rows [r*c, (r+1)*c), c = ceil(rows / world), the last ranks fewer or none)
-    is gathered to the owner alone; anything else is taken whole (replicated, or the full value)."""
-    from torch.distributed.tensor import DTensor, Shard
+    layout: rank r of the shard group holds rows [r*c, (r+1)*c), c = ceil(rows / group size), the
+    last ranks fewer or none) is gathered to the owner alone, from the owner's shard group under
+    HSDP; a plain tensor is taken whole."""
+    from torch.distributed.tensor import DTensor, Replicate, Shard
 
     if not isinstance(t, DTensor):
         return t if not dist.is_initialized() or dist.get_rank() == owner else None
-    if tuple(t.placements) != (Shard(0),):
-        full = t.full_tensor()  # other layouts (HSDP meshes): every rank gathers
-        return full if dist.get_rank() == owner else None
-    world, rank = dist.get_world_size(), dist.get_rank()
+    rank = dist.get_rank()
+    placements = tuple(t.placements)
+    if placements == (Shard(0),):
+        group = None  # FSDP: every rank holds rows
+    elif placements == (Replicate(), Shard(0)):
+        # HSDP: each replica group holds every row; only the owner's group takes part
+        group = t.device_mesh.get_group("shard")
+        if owner not in dist.get_process_group_ranks(group):
+            return None
+    else:
+        full = t.full_tensor()  # any other layout: every rank gathers
+        return full if rank == owner else None
+    world = dist.get_world_size(group)
     rows = t.shape[0]
     chunk = -(-rows // world)
     local = t.to_local()
     padded = local.new_zeros((chunk, *t.shape[1:]))
     padded[: local.shape[0]] = local
     bufs = [torch.empty_like(padded) for _ in range(world)] if rank == owner else None
-    dist.gather(padded, bufs, dst=owner)
+    dist.gather(padded, bufs, dst=owner, group=group)
     return torch.cat(bufs)[:rows] if bufs is not None else None
 
 

@@ -17,9 +17,10 @@ parameters, FSDP over S GPUs, master bytes m (trainer.master_dtype), compute byt
 - optimizer step: AdamW's foreach temporaries, OPT_TEMP master-sized copies; the step's peak is
   the larger of backward (gradients, gathered, activations, logits) and the optimizer step.
 
-Not modelled: expert parallelism (not built: every rank holds 1/S of every expert), HSDP
-(FSDP shards over all trainer GPUs), CUDA context, NCCL buffers and allocator fragmentation (the
-fit check keeps HEADROOM free), the inference side (vLLM sizes its own KV cache).
+S is trainer.shard_gpus (HSDP: shards within groups, replicated across them), else every trainer
+GPU. Not modelled: expert parallelism (not built: every rank holds 1/S of every expert), CUDA
+context, NCCL buffers and allocator fragmentation (the fit check keeps HEADROOM free), the
+inference side (vLLM sizes its own KV cache).
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ class ModelShape:
 @dataclass(frozen=True)
 class TrainLayout:
     trainer_gpus: int
-    shard_gpus: int  # FSDP shards over these (all trainer GPUs: HSDP is not built)
+    shard_gpus: int  # FSDP shards over groups of these, replicated across groups (HSDP)
     micro_batch_tokens: int
     row_tokens: int
     chunk_tokens: int  # 0: the whole micro-batch's logits at once
@@ -233,7 +234,6 @@ class Plan:
 
 NOT_MODELLED = [
     "expert parallelism (not built: each rank holds 1/S of every expert)",
-    "HSDP (FSDP shards over every trainer GPU)",
     "CUDA context, NCCL buffers, allocator fragmentation (kept as headroom)",
     "inference memory (vLLM sizes its KV cache itself)",
 ]
@@ -246,9 +246,12 @@ def build_plan(shape: ModelShape, lay: TrainLayout, gpu_mib: int, trainer_nodes:
     frac = (s - 1) / s if s > 1 else 0.0
     mbs = lay.micro_batches_per_step
     # forward gathers every layer, backward gathers it again (resharded after forward); gradients
-    # are reduce-scattered in the master dtype once per micro-batch
+    # are reduce-scattered in the master dtype once per micro-batch, within a shard group; under
+    # HSDP each shard is then all-reduced across the replica groups (counted with reduce-scatter)
     allgather = int(2 * p * lay.compute_bytes * frac) * mbs
-    reduce_scatter = int(p * lay.master_bytes * frac) * mbs
+    replicas = lay.trainer_gpus // s
+    across = 2 * p * lay.master_bytes / s * (replicas - 1) / replicas if replicas > 1 else 0.0
+    reduce_scatter = int(p * lay.master_bytes * frac + across) * mbs
     publish = p * lay.serving_bytes
     gpu = gpu_mib * 2**20
     usable = int(gpu * (1 - HEADROOM))
@@ -274,6 +277,8 @@ def layout_for(job: Any, trainer_nodes: int, tasks_per_node: int, gpu: bool = Tr
     """The trainer's layout for `job` on `trainer_nodes` nodes (the trainer's own auto choices on GPUs)."""
     tc, oc = job.trainer, job.orchestrator
     world = trainer_nodes * tasks_per_node
+    if tc.shard_gpus and world % tc.shard_gpus:
+        raise PlanError(f"trainer.shard_gpus {tc.shard_gpus} does not divide the {world} trainer GPUs")
     compute = job.model.dtype if tc.compute_dtype == "auto" else tc.compute_dtype
     ac = tc.activation_checkpointing == "on" or (tc.activation_checkpointing == "auto" and gpu)
     # a step's rollouts: batch_groups x group_size sequences of up to inference.max_tokens
@@ -281,7 +286,7 @@ def layout_for(job: Any, trainer_nodes: int, tasks_per_node: int, gpu: bool = Tr
     step_tokens = oc.batch_groups * oc.group_size * 2 * job.inference.max_tokens
     mbs = max(1, math.ceil(step_tokens / (oc.micro_batch_tokens * world)))
     return TrainLayout(
-        trainer_gpus=world, shard_gpus=world, micro_batch_tokens=oc.micro_batch_tokens,
+        trainer_gpus=world, shard_gpus=tc.shard_gpus or world, micro_batch_tokens=oc.micro_batch_tokens,
         row_tokens=oc.pack_row_tokens, chunk_tokens=tc.logprob_chunk_tokens, checkpointing=ac,
         master_bytes=DTYPE_BYTES[tc.master_dtype], compute_bytes=DTYPE_BYTES[compute],
         serving_bytes=DTYPE_BYTES[job.model.dtype], micro_batches_per_step=mbs,
@@ -300,7 +305,7 @@ def describe(plan: Plan) -> str:
     lines = [
         f"model {plan.model}: {count(plan.parameters)} parameters ({count(plan.active_parameters)} "
         "active per token)",
-        f"trainer: {lay['trainer_gpus']} GPUs, FSDP over {lay['shard_gpus']}; micro-batch "
+        f"trainer: {lay['trainer_gpus']} GPUs, sharded over groups of {lay['shard_gpus']}; micro-batch "
         f"{lay['micro_batch_tokens']} tokens in rows of {lay['row_tokens']}, activation checkpointing "
         f"{'on' if lay['checkpointing'] else 'off'}, {lay['micro_batches_per_step']} micro-batches per step",
         "per trainer GPU:",
@@ -342,9 +347,13 @@ def plan_cli(config_path: str | None, job_file: str | None, overrides: list[str]
         shape = ModelShape.from_job(job)
     except (OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    lay = layout_for(job, n - m, settings.tasks_per_node)
+    try:
+        lay = layout_for(job, n - m, settings.tasks_per_node)
+    except PlanError as exc:
+        raise UsageError(str(exc)) from None
     plan = build_plan(shape, lay, settings.gpu_memory_mib, n - m, settings.node_write_gbps)
     if as_json:
         return json.dumps(asdict(plan)), plan.fits
-    verdict = "fits" if plan.fits else "does NOT fit: more trainer nodes, or a smaller micro-batch"
+    verdict = "fits" if plan.fits else ("does NOT fit: shard over more GPUs (trainer.shard_gpus), more "
+                                        "trainer nodes, or a smaller micro-batch")
     return f"{describe(plan)}\nlayout: {n} nodes ({m} inference, {n - m} trainer): {verdict}", plan.fits

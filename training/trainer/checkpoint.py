@@ -79,11 +79,13 @@ def enable_activation_checkpointing(model: Any) -> None:
 
 
 def build_model(path: Path, dtype: str, device: torch.device, fsdp: bool,
-                activation_checkpointing: bool = False, compute_dtype: str | None = None) -> Any:
+                activation_checkpointing: bool = False, compute_dtype: str | None = None,
+                shard_gpus: int = 0) -> Any:
     """The architecture at `path` with uninitialised parameters in `dtype` (the master copy), sharded
     when `fsdp`: weights come from load_initial_weights or load_checkpoint. Under FSDP with another
     `compute_dtype`, each layer's gathered parameters are cast to it for forward and backward, and
-    gradients are reduce-scattered in `dtype` (FSDP2's MixedPrecisionPolicy)."""
+    gradients are reduce-scattered in `dtype` (FSDP2's MixedPrecisionPolicy). `shard_gpus` below
+    the world size shards within groups of that many ranks and replicates across them (HSDP)."""
     with params_on_meta():
         model: Any = AutoModelForCausalLM.from_config(
             AutoConfig.from_pretrained(str(path)), dtype=DTYPES[dtype]
@@ -96,15 +98,30 @@ def build_model(path: Path, dtype: str, device: torch.device, fsdp: bool,
         policy = MixedPrecisionPolicy()
         if compute_dtype is not None and compute_dtype != dtype:
             policy = MixedPrecisionPolicy(param_dtype=DTYPES[compute_dtype], reduce_dtype=DTYPES[dtype])
+        mesh = hsdp_mesh(device, shard_gpus)
         for layer in model.model.layers:
-            fully_shard(layer, mp_policy=policy)
-        fully_shard(model, mp_policy=policy)
+            fully_shard(layer, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
     buffers = {n: b.detach().clone() for n, b in model.named_buffers()}
     model.to_empty(device=device)  # allocates only this rank's shards; buffers come back below
     with torch.no_grad():
         for n, b in model.named_buffers():
             b.copy_(buffers[n])
     return model
+
+
+def hsdp_mesh(device: torch.device, shard_gpus: int) -> Any:
+    """A (replicate, shard) device mesh when `shard_gpus` splits the world into groups; else None
+    (FSDP's default: one group of every rank)."""
+    world = dist.get_world_size()
+    if not 0 < shard_gpus < world:
+        return None
+    if world % shard_gpus:
+        raise ValueError(f"trainer.shard_gpus {shard_gpus} does not divide the {world} trainer ranks")
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(device.type, (world // shard_gpus, shard_gpus),
+                            mesh_dim_names=("replicate", "shard"))
 
 
 def _safetensors_index(path: Path) -> dict[str, Path]:

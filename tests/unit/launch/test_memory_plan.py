@@ -61,6 +61,21 @@ def test_a_layout_that_cannot_fit_is_refused_with_one_line_and_exit_2(
     assert "Traceback" not in err
 
 
+def test_hsdp_over_a_node_does_not_fit_and_over_eight_nodes_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    plan_args = ("launch", "rl-run", "--plan", *AIR_RUN, "-o")
+    code, out, _ = opsctl(capsys, *plan_args, "trainer.shard_gpus=64", "--json")
+    plan = json.loads(out)
+    assert code == 0 and plan["fits"] and plan["layout"]["shard_gpus"] == 64
+    assert plan["memory"]["parameters"] == plan["parameters"] * 4 // 64
+    code, out, err = opsctl(capsys, *plan_args, "trainer.shard_gpus=8")
+    assert code == 2 and "trainer.shard_gpus" in out and "does not fit the GPU" in err
+    code, _, err = opsctl(capsys, *plan_args, "trainer.shard_gpus=5")
+    assert code == 2
+    assert err.strip() == "opsctl: error: trainer.shard_gpus 5 does not divide the 384 trainer GPUs"
+
+
 def test_the_count_follows_the_config() -> None:
     cfg = json.loads((AIR / "config.json").read_text())
     air = ModelShape.from_hf(cfg)

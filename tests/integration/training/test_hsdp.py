@@ -1,0 +1,119 @@
+"""HSDP on four gloo ranks (CPU): trainer.shard_gpus = 2 builds a (replicate 2, shard 2) mesh, so
+each parameter is sharded over two ranks and replicated across the two pairs. The losses follow
+one unsharded rank on the same batches within LOSS_TOL (float32 sums in another order: measured
+at most 1e-7), and the published version, gathered from one pair only, equals the state the ranks
+hold (full_tensor) bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from training.config import ModelConfig
+from training.model import create_tiny_model
+from training.orchestrator.batch import Sample, collate, pack, shard
+from training.trainer.__main__ import finish
+from training.trainer.checkpoint import _collective_publish, build_model, load_initial_weights
+from training.trainer.step import accumulate
+from training.weights import iter_checkpoint_tensors, publish_sharded
+
+pytestmark = pytest.mark.integration
+
+STEPS, WORLD, SHARD = 3, 4, 2
+LOSS_TOL = 1e-5
+TIMEOUT_S = 150.0
+
+
+def batch(step: int, world: int) -> tuple[list[list[dict[str, torch.Tensor]]], int]:
+    rng = random.Random(200 + step)
+    samples = []
+    for _ in range(8):
+        n, prompt = rng.randrange(8, 20), 3
+        samples.append(Sample(
+            input_ids=[rng.randrange(4, 40) for _ in range(n)],
+            loss_mask=[0] * prompt + [1] * (n - prompt),
+            logprobs=[0.0] * prompt + [rng.uniform(-4.0, -1.0) for _ in range(n - prompt)],
+            advantages=[0.0] * prompt + [rng.choice([-1.0, 1.0])] * (n - prompt),
+        ))
+    tokens = sum(sum(s.loss_mask) for s in samples)
+    return [[collate(mb, 0) for mb in r] for r in shard(pack(samples, 40, row_tokens=20), world)], tokens
+
+
+def train(rank: int, world: int, model_dir: str, port: int, out: str) -> None:
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    fsdp = world > 1
+    if fsdp:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+    model = build_model(Path(model_dir), "float32", torch.device("cpu"), fsdp=fsdp, shard_gpus=SHARD)
+    load_initial_weights(model, Path(model_dir), "float32")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for step in range(STEPS + 1):
+        ranks, tokens = batch(step, world)
+        opt.zero_grad(set_to_none=True)
+        st = accumulate(model, ranks[rank], tokens, world=world, fsdp=fsdp, device=torch.device("cpu"),
+                        temperature=1.0, ratio_low=0.125, ratio_high=8.0, chunk_tokens=16)
+        losses.append(st.loss)
+        if step < STEPS:
+            opt.step()
+    sd = dict(model.state_dict())
+    placements = sorted({str(tuple(v.placements)) for v in sd.values() if hasattr(v, "placements")})
+    full = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v) for k, v in sd.items()}
+    if fsdp:
+        publish_sharded(Path(out).with_suffix(".weights"), sd, Path(model_dir), {"version": STEPS},
+                        _collective_publish)
+    if rank == 0:
+        torch.save(full, Path(out).with_suffix(".pt"))
+        Path(out).write_text(json.dumps({"losses": losses, "placements": placements}))
+    if fsdp:
+        finish(world, None)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_four_ranks_in_two_shard_pairs_match_one_rank_and_publish_from_one_pair(tmp_path: Path) -> None:
+    model_dir = str(create_tiny_model(ModelConfig(arch="glm4_moe"), tmp_path / "model", seed=0))
+    out4 = tmp_path / "hsdp.json"
+    ctx = mp.start_processes(train, args=(WORLD, model_dir, free_port(), str(out4)), nprocs=WORLD,
+                             join=False, start_method="spawn")
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while not ctx.join(timeout=max(0.1, deadline - time.monotonic())):
+            if time.monotonic() >= deadline:
+                pytest.fail(f"4-rank HSDP run did not finish in {TIMEOUT_S:.0f}s (hung collective?)")
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+    out1 = tmp_path / "single.json"
+    train(0, 1, model_dir, 0, str(out1))
+    four: dict[str, Any] = json.loads(out4.read_text())
+    one: dict[str, Any] = json.loads(out1.read_text())
+    assert four["placements"] == ["(Replicate(), Shard(dim=0))"]
+    assert one["losses"][-1] != one["losses"][0]
+    for a, b in zip(four["losses"], one["losses"], strict=True):
+        assert abs(a - b) <= LOSS_TOL, (four["losses"], one["losses"])
+    held = torch.load(out4.with_suffix(".pt"))
+    from training.weights import LAYOUTS
+
+    published = LAYOUTS["glm4_moe"].fuse(dict(iter_checkpoint_tensors(out4.with_suffix(".weights"))))
+    assert published.keys() == held.keys()
+    for name, t in held.items():
+        assert torch.equal(published[name], t), name
