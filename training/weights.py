@@ -135,6 +135,17 @@ def layout_for(model_type: str, names: Iterable[str]) -> Layout:
     return layout
 
 
+def keep_fp32(model_type: str) -> tuple[str, ...]:
+    """Name parts transformers keeps in float32 whatever the load dtype for this model type (its
+    `_keep_in_fp32_modules_strict`: GLM-4.5's router and score-correction bias), so a version
+    published in bfloat16 keeps them exact."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    cls = getattr(transformers, str(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type, "")), None)
+    return tuple(getattr(cls, "_keep_in_fp32_modules_strict", None) or ())
+
+
 def model_type(model_dir: Path) -> str:
     return str(json.loads((model_dir / "config.json").read_text()).get("model_type", ""))
 
@@ -313,16 +324,19 @@ def shard_name(k: int, n: int) -> str:
 
 
 def write_shards(tmp: Path, sd: dict[str, torch.Tensor], layout: Layout, rank: int, world: int,
-                 dtype: torch.dtype | None = None, writers: int | None = None) -> None:
+                 dtype: torch.dtype | None = None, writers: int | None = None,
+                 fp32: tuple[str, ...] = ()) -> None:
     """Collective: each rank writes the shard file of the tensors it owns into `tmp`, floating point
     ones cast to `dtype` (the serving dtype) when given; rank 0 then writes the index. Every rank
     walks all tensors in the same order (the gathers are collective). `writers` limits the writing
     ranks to the first N (1: rank 0 streams everything, the old way; bench/bench_publish.py)."""
 
-    def out_dtype(t: torch.Tensor) -> torch.dtype:
-        return dtype if dtype is not None and t.is_floating_point() else t.dtype
+    def out_dtype(name: str, t: torch.Tensor) -> torch.dtype:
+        if dtype is None or not t.is_floating_point() or any(part in name for part in fp32):
+            return t.dtype
+        return dtype
 
-    specs = [TensorSpec(k, tuple(v.shape), out_dtype(v)) for k, v in sd.items()]  # DTensor.shape: global
+    specs = [TensorSpec(k, tuple(v.shape), out_dtype(k, v)) for k, v in sd.items()]  # DTensor.shape: global
     owners = deal(specs, min(writers or world, world))
     writing = sorted(set(owners))
     files = {r: shard_name(i, len(writing)) for i, r in enumerate(writing)}
@@ -332,7 +346,7 @@ def write_shards(tmp: Path, sd: dict[str, torch.Tensor], layout: Layout, rank: i
     for (name, t), owner in zip(sd.items(), owners, strict=True):
         full = gather_to(t, owner)
         if full is not None and owner == rank and writer is not None:
-            for _, piece in layout.split(name, full.to(out_dtype(full))):
+            for _, piece in layout.split(name, full.to(out_dtype(name, full))):
                 writer.write(piece)
     if writer is not None:
         writer.close()
@@ -372,10 +386,12 @@ def publish_sharded(
 
     rank = dist.get_rank() if dist.is_initialized() else 0
     world = dist.get_world_size() if dist.is_initialized() else 1
-    layout = layout_for(model_type(model_dir), sd)
+    kind = model_type(model_dir)
+    layout = layout_for(kind, sd)
+    fp32 = keep_fp32(kind) if dtype is not None and dtype != torch.float32 else ()
 
     def fill(tmp: Path) -> None:
-        write_shards(tmp, sd, layout, rank, world, dtype, writers)
+        write_shards(tmp, sd, layout, rank, world, dtype, writers, fp32)
         if rank == 0:
             copy_model_files(model_dir, tmp)
 

@@ -164,3 +164,18 @@ def test_the_trainer_reads_a_per_expert_checkpoint_row_by_row_without_a_full_loa
     got = fresh.state_dict()
     for name, t in model.state_dict().items():
         assert torch.equal(got[name], t), name
+
+
+def test_a_bfloat16_publication_keeps_the_router_in_float32_as_transformers_does(
+    moe: tuple[Path, Any], tmp_path: Path
+) -> None:
+    model_dir, model = moe
+    sd = model.state_dict()
+    publish_sharded(tmp_path / "step_1", sd, model_dir, {"version": 1},
+                    lambda f, marker, info, fill: publish_dir(f, fill, marker, info), torch.bfloat16)
+    got = dict(iter_checkpoint_tensors(tmp_path / "step_1"))
+    kept = {n for n, t in got.items() if t.dtype == torch.float32}
+    assert kept == {"model.layers.1.mlp.gate.weight", "model.layers.1.mlp.gate.e_score_correction_bias"}
+    assert {t.dtype for n, t in got.items() if n not in kept} == {torch.bfloat16}
+    served = AutoModelForCausalLM.from_pretrained(str(tmp_path / "step_1"), dtype=torch.bfloat16).state_dict()
+    assert torch.equal(served["model.layers.1.mlp.gate.weight"], sd["model.layers.1.mlp.gate.weight"])
