@@ -214,6 +214,9 @@ class TrainerConfig:
     # The dtype of the trainer's sharded parameters, gradients and optimizer state. The published
     # weights (and SFT, and the inference servers) use model.dtype.
     master_dtype: str = "float32"
+    # Attention over packed rows: "mask" gives each row a [row, row] block-diagonal mask; "varlen"
+    # lays the documents end to end and attends within each (no mask; training/varlen.py).
+    attention: str = "mask"
     # FSDP shards each parameter over groups of this many trainer ranks and replicates it across the
     # groups (HSDP; e.g. 8: a node's GPUs, so the per-layer all-gathers stay on NVLink); 0: one
     # group of every rank. The trainer world size must be a multiple.
@@ -260,6 +263,7 @@ CHOICES = {
     "trainer.compute_dtype": {"auto", "float32", "bfloat16", "float16"},
     "trainer.backend": {"auto", "gloo", "nccl"},
     "trainer.activation_checkpointing": {"auto", "on", "off"},
+    "trainer.attention": {"mask", "varlen"},
     "orchestrator.scheduling": {"auto", "continuous", "batch"},
     "sft.lr_schedule": {"constant", "cosine"},
     "trainer.lr_schedule": {"constant", "cosine"},

@@ -16,6 +16,7 @@ from transformers.utils import logging as transformers_logging
 
 from training.config import ModelConfig
 from training.tokens import CHARS, SPECIAL
+from training.varlen import VARLEN, flatten
 
 transformers_logging.disable_progress_bar()
 transformers_logging.set_verbosity_error()
@@ -171,7 +172,10 @@ def packed_token_logprobs(
     chunk_tokens: int = 0,
 ) -> torch.Tensor:
     """`token_logprobs` for packed rows (several documents per row, see orchestrator.batch.collate):
-    each document is scored as if it ran alone; its first token and padding get 0. Shape [B, T]."""
+    each document is scored as if it ran alone; its first token and padding get 0. Shape [B, T].
+    A model built with the varlen attention (training/varlen.py) gets no [T, T] mask."""
+    if getattr(model.config, "_attn_implementation", None) == VARLEN:
+        return _varlen_token_logprobs(model, input_ids, position_ids, doc_ids, temperature, chunk_tokens)
     dtype = next(model.parameters()).dtype
     mask = packed_attention_mask(doc_ids, dtype)
     lp = _next_token_logprobs(model, temperature, chunk_tokens, input_ids, attention_mask=mask,
@@ -179,3 +183,17 @@ def packed_token_logprobs(
     lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
     # A document's first token is predicted from the previous document: not its own log-prob.
     return lp.masked_fill(position_ids == 0, 0.0)
+
+
+def _varlen_token_logprobs(
+    model: Any, input_ids: torch.Tensor, position_ids: torch.Tensor, doc_ids: torch.Tensor,
+    temperature: float, chunk_tokens: int,
+) -> torch.Tensor:
+    flat = flatten(input_ids, position_ids, doc_ids)
+    real = flat.pop("real")
+    lp = _next_token_logprobs(model, temperature, chunk_tokens, **flat)
+    lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1).masked_fill(flat["position_ids"] == 0, 0.0)
+    scored = doc_ids[real] >= 0  # all of them, except a filler's stand-in tokens
+    # back into the rows; masked_scatter keeps the graph (a filler's loss still reaches every weight)
+    zeros = torch.zeros(input_ids.shape, dtype=lp.dtype, device=lp.device)
+    return zeros.masked_scatter(real & (doc_ids >= 0), lp[0][scored])

@@ -81,7 +81,7 @@ class Trainer:
         # compute in trainer.compute_dtype ("auto": the serving dtype, model.dtype).
         compute = cfg.model.dtype if tc.compute_dtype == "auto" else tc.compute_dtype
         self.model = checkpoint.build_model(initial, tc.master_dtype, self.device, self.fsdp, ac, compute,
-                                            tc.shard_gpus)
+                                            tc.shard_gpus, tc.attention)
         self.model.train()
         self.opt = torch.optim.AdamW(
             self.model.parameters(), lr=tc.lr, betas=(tc.betas[0], tc.betas[1]), weight_decay=tc.weight_decay

@@ -42,6 +42,7 @@ from training.config import JobConfig
 from training.fsutil import COMMITTED, publish_dir, step_dirs
 from training.model import DTYPES, load_model
 from training.rundir import RunDir
+from training.varlen import VARLEN
 from training.weights import LAYOUTS, Layout, model_type, publish_sharded
 
 TRAINER_STATE = "trainer_state.pt"
@@ -80,15 +81,17 @@ def enable_activation_checkpointing(model: Any) -> None:
 
 def build_model(path: Path, dtype: str, device: torch.device, fsdp: bool,
                 activation_checkpointing: bool = False, compute_dtype: str | None = None,
-                shard_gpus: int = 0) -> Any:
+                shard_gpus: int = 0, attention: str = "mask") -> Any:
     """The architecture at `path` with uninitialised parameters in `dtype` (the master copy), sharded
     when `fsdp`: weights come from load_initial_weights or load_checkpoint. Under FSDP with another
     `compute_dtype`, each layer's gathered parameters are cast to it for forward and backward, and
     gradients are reduce-scattered in `dtype` (FSDP2's MixedPrecisionPolicy). `shard_gpus` below
-    the world size shards within groups of that many ranks and replicates across them (HSDP)."""
+    the world size shards within groups of that many ranks and replicates across them (HSDP).
+    `attention` "varlen" attends within documents without a mask (training/varlen.py)."""
     with params_on_meta():
+        extra = {"attn_implementation": VARLEN} if attention == "varlen" else {}
         model: Any = AutoModelForCausalLM.from_config(
-            AutoConfig.from_pretrained(str(path)), dtype=DTYPES[dtype]
+            AutoConfig.from_pretrained(str(path)), dtype=DTYPES[dtype], **extra
         )
     if activation_checkpointing:
         enable_activation_checkpointing(model)

@@ -1,8 +1,9 @@
 """Two FSDP2 ranks (torch.distributed.fsdp.fully_shard) on CPU over gloo, on loopback, fed
 deliberately uneven batches, finish every step (no hang: the ranks are killed after TIMEOUT_S)
 and end with the same loss as one unsharded rank trained on the same batches: the dense tiny
-model, and the tiny GLM-4.5-Air-architecture MoE with its routing forced so that, in one step,
-two of its four experts get tokens on rank 0 and none on rank 1.
+model, and the tiny GLM-4.5-Air-architecture MoE (packed without a mask, trainer.attention =
+"varlen") with its routing forced so that, in one step, two of its four experts get tokens on rank
+0 and none on rank 1.
 
 Why the MoE cannot hang (and why pyproject requires transformers >= 5): FSDP2 reduce-scatters the
 gradient of every parameter it shards, and a rank that computed none for a parameter skips it,
@@ -30,13 +31,15 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from transformers import AutoModelForCausalLM
 
 from training.config import ModelConfig
-from training.model import create_tiny_model, load_model
+from training.model import create_tiny_model
 from training.orchestrator.batch import Sample, collate, pack, shard
 from training.trainer.__main__ import finish
 from training.trainer.checkpoint import enable_activation_checkpointing
 from training.trainer.step import accumulate
+from training.varlen import VARLEN
 
 pytestmark = pytest.mark.integration
 
@@ -111,7 +114,10 @@ def train(rank: int, world: int, model_dir: str, port: int, out: str, moe: bool 
     if fsdp:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         dist.init_process_group("gloo", rank=rank, world_size=world)
-    model: Any = load_model(model_dir)
+    # The MoE case also packs without a mask (trainer.attention = "varlen"): its fillers (rank 1's
+    # only micro-batch in step 1) must still reach every sharded weight in backward.
+    extra = {"attn_implementation": VARLEN} if moe else {}
+    model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, **extra)
     used: set[int] = set()  # experts that got tokens on this rank in the current step
     if moe:
         force_routing(model, used)
