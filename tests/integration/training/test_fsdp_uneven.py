@@ -22,20 +22,18 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from rank_helpers import rank_batches, rl_samples, run_ranks
 from transformers import AutoModelForCausalLM
 
 from training.config import ModelConfig
 from training.model import create_tiny_model
-from training.orchestrator.batch import Sample, collate, pack, shard
+from training.rundir import free_port
 from training.trainer.__main__ import finish
 from training.trainer.checkpoint import enable_activation_checkpointing
 from training.trainer.step import accumulate
@@ -54,20 +52,7 @@ SAMPLES = [2, 7, 11, 5, 9]
 
 
 def step_batch(step: int, world: int) -> tuple[list[list[dict[str, torch.Tensor]]], int]:
-    rng = random.Random(step)
-    samples = []
-    for _ in range(SAMPLES[step]):
-        n, prompt = rng.randrange(6, 20), 3
-        samples.append(
-            Sample(
-                input_ids=[rng.randrange(4, 40) for _ in range(n)],
-                loss_mask=[0] * prompt + [1] * (n - prompt),
-                logprobs=[0.0] * prompt + [rng.uniform(-4.0, -1.0) for _ in range(n - prompt)],
-                advantages=[0.0] * prompt + [rng.choice([-1.0, 1.0])] * (n - prompt),
-            )
-        )
-    loss_tokens = sum(sum(s.loss_mask) for s in samples)
-    ranks = [[collate(mb, 0) for mb in r] for r in shard(pack(samples, 40, row_tokens=20), world)]
+    ranks, loss_tokens = rank_batches(rl_samples(random.Random(step), SAMPLES[step], shortest=6), world)
     if step == 1 and world > 1:
         # Not even shard's equal counts: rank 0 gets every real micro-batch, the others none, so
         # only the trainer's own agreement on the count (step.equalise) keeps them in lockstep.
@@ -159,29 +144,12 @@ def train(rank: int, world: int, model_dir: str, port: int, out: str, moe: bool 
         finish(world, None)  # the trainer's exit path (a spawned rank; never the pytest process)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.parametrize("arch", ARCHS)
 def test_two_fsdp_ranks_with_uneven_batches_match_one_rank(tmp_path: Path, arch: str) -> None:
     moe = arch == "glm4_moe"
     model_dir = str(create_tiny_model(ModelConfig(arch=arch), tmp_path / "model", seed=0))
     out2 = tmp_path / "fsdp2.json"
-    ctx = mp.start_processes(
-        train, args=(2, model_dir, free_port(), str(out2), moe), nprocs=2, join=False, start_method="spawn"
-    )
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while not ctx.join(timeout=max(0.1, deadline - time.monotonic())):
-            if time.monotonic() >= deadline:
-                pytest.fail(f"2-rank FSDP run did not finish in {TIMEOUT_S:.0f}s (hung collective?)")
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
+    run_ranks(train, 2, (2, model_dir, free_port(), str(out2), moe), TIMEOUT_S)
     out1 = tmp_path / "single.json"
     train(0, 1, model_dir, 0, str(out1), moe)
     two, one = json.loads(Path(f"{out2}.0").read_text()), json.loads(Path(f"{out1}.0").read_text())

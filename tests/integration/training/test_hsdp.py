@@ -10,19 +10,17 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from rank_helpers import rank_batches, rl_samples, run_ranks
 
 from training.config import ModelConfig
 from training.model import create_tiny_model
-from training.orchestrator.batch import Sample, collate, pack, shard
+from training.rundir import free_port
 from training.trainer.__main__ import finish
 from training.trainer.checkpoint import _collective_publish, build_model, load_initial_weights
 from training.trainer.step import accumulate
@@ -36,18 +34,7 @@ TIMEOUT_S = 150.0
 
 
 def batch(step: int, world: int) -> tuple[list[list[dict[str, torch.Tensor]]], int]:
-    rng = random.Random(200 + step)
-    samples = []
-    for _ in range(8):
-        n, prompt = rng.randrange(8, 20), 3
-        samples.append(Sample(
-            input_ids=[rng.randrange(4, 40) for _ in range(n)],
-            loss_mask=[0] * prompt + [1] * (n - prompt),
-            logprobs=[0.0] * prompt + [rng.uniform(-4.0, -1.0) for _ in range(n - prompt)],
-            advantages=[0.0] * prompt + [rng.choice([-1.0, 1.0])] * (n - prompt),
-        ))
-    tokens = sum(sum(s.loss_mask) for s in samples)
-    return [[collate(mb, 0) for mb in r] for r in shard(pack(samples, 40, row_tokens=20), world)], tokens
+    return rank_batches(rl_samples(random.Random(200 + step), 8), world)
 
 
 def train(rank: int, world: int, model_dir: str, port: int, out: str) -> None:
@@ -82,26 +69,10 @@ def train(rank: int, world: int, model_dir: str, port: int, out: str) -> None:
         finish(world, None)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_four_ranks_in_two_shard_pairs_match_one_rank_and_publish_from_one_pair(tmp_path: Path) -> None:
     model_dir = str(create_tiny_model(ModelConfig(arch="glm4_moe"), tmp_path / "model", seed=0))
     out4 = tmp_path / "hsdp.json"
-    ctx = mp.start_processes(train, args=(WORLD, model_dir, free_port(), str(out4)), nprocs=WORLD,
-                             join=False, start_method="spawn")
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while not ctx.join(timeout=max(0.1, deadline - time.monotonic())):
-            if time.monotonic() >= deadline:
-                pytest.fail(f"4-rank HSDP run did not finish in {TIMEOUT_S:.0f}s (hung collective?)")
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
+    run_ranks(train, WORLD, (WORLD, model_dir, free_port(), str(out4)), TIMEOUT_S)
     out1 = tmp_path / "single.json"
     train(0, 1, model_dir, 0, str(out1))
     four: dict[str, Any] = json.loads(out4.read_text())
