@@ -114,12 +114,18 @@ def test_the_unit_writes_into_the_collector_s_directory_before_node_exporter(ren
         "opsctl-boot-id.sh.j2": "/usr/local/sbin/opsctl-boot-id",
         "opsctl-boot-id.service.j2": "/etc/systemd/system/opsctl-boot-id.service",
     }
+    flat = [inner for t in tasks for inner in [t, *t.get("block", []), *t.get("rescue", [])]]
     (enable,) = [
         t["ansible.builtin.systemd_service"]
-        for t in tasks
+        for t in flat
         if t.get("ansible.builtin.systemd_service", {}).get("name") == "opsctl-boot-id"
     ]
-    assert enable["enabled"] is True
+    assert enable["enabled"] is True and enable["state"] == "started"
+    # a start that fails says why: the rescue reads the unit's journal into the failure
+    (block,) = [t for t in tasks if any(i in flat for i in t.get("block", []))]
+    assert [next(iter(k for k in r if k.startswith("ansible."))) for r in block["rescue"]] == [
+        "ansible.builtin.command", "ansible.builtin.fail"]
+    assert "journalctl --unit opsctl-boot-id" in block["rescue"][0]["ansible.builtin.command"]
     # the Prometheus source reads the metric the writer writes
     assert BOOT_ID_METRIC in PrometheusSource("http://x").queries()["boot_ids"]
     assert f"{BOOT_ID_METRIC}{{boot_id=" in script
