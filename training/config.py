@@ -69,6 +69,15 @@ class SFTConfig:
     target_accuracy: float = 0.0
     check_every: int = 25  # SFT steps between accuracy checks (only with target_accuracy > 0)
     check_size: int = 128  # training problems per accuracy check, one sampled completion each
+    # A chat dataset (JSONL, one {"messages": [...]} per line) to fine-tune on instead of the
+    # environment's demonstrations: rendered with the model's chat template, loss on assistant
+    # turns only, packed, on the sharded trainer (all trainer.world_size ranks, trainer.* layout),
+    # checkpointed every checkpoint_every steps and resumed from there. batch_size counts
+    # conversations; target_accuracy and num_demos do not apply.
+    dataset: str = ""
+    checkpoint_every: int = 50  # chat SFT: steps between resumable checkpoints
+    micro_batch_tokens: int = 2048  # chat SFT: padded tokens per forward/backward
+    pack_row_tokens: int = 512  # chat SFT: tokens per packed row (a longer conversation gets its own)
 
 
 @dataclass
@@ -224,6 +233,9 @@ class TrainerConfig:
     # The dtype the layers compute in under FSDP (its MixedPrecisionPolicy param_dtype; gradients
     # are reduce-scattered in master_dtype): "auto" is model.dtype, e.g. bfloat16 on GPUs.
     compute_dtype: str = "auto"
+    # Shard the model with FSDP2: "auto" on GPUs with more than one rank; "on" also on CPU over gloo
+    # (the sharded path, proven without GPUs); "off": replicas with all-reduced gradients.
+    fsdp: str = "auto"
 
 
 @dataclass
@@ -264,6 +276,7 @@ CHOICES = {
     "trainer.backend": {"auto", "gloo", "nccl"},
     "trainer.activation_checkpointing": {"auto", "on", "off"},
     "trainer.attention": {"mask", "varlen"},
+    "trainer.fsdp": {"auto", "on", "off"},
     "orchestrator.scheduling": {"auto", "continuous", "batch"},
     "sft.lr_schedule": {"constant", "cosine"},
     "trainer.lr_schedule": {"constant", "cosine"},
@@ -357,6 +370,9 @@ def validate(cfg: JobConfig) -> None:
         "sft.steps": cfg.sft.steps if cfg.sft.enabled else 1,
         "sft.batch_size": cfg.sft.batch_size,
         "sft.num_demos": cfg.sft.num_demos,
+        "sft.checkpoint_every": cfg.sft.checkpoint_every,
+        "sft.micro_batch_tokens": cfg.sft.micro_batch_tokens,
+        "sft.pack_row_tokens": cfg.sft.pack_row_tokens,
         "inference.max_batch_size": cfg.inference.max_batch_size,
         "inference.max_tokens": cfg.inference.max_tokens,
         "orchestrator.batch_groups": cfg.orchestrator.batch_groups,

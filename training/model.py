@@ -15,7 +15,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTra
 from transformers.utils import logging as transformers_logging
 
 from training.config import ModelConfig
-from training.tokens import CHARS, SPECIAL
+from training.tokens import CHARS, SPECIAL, TINY_CHAT_TEMPLATE
 from training.varlen import VARLEN, flatten
 
 transformers_logging.disable_progress_bar()
@@ -30,9 +30,11 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(
+    fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>"
     )
+    fast.chat_template = TINY_CHAT_TEMPLATE  # chat datasets (training/chat.py); prompts do not use it
+    return fast
 
 
 def tiny_config(cfg: ModelConfig, vocab_size: int, tokenizer: PreTrainedTokenizerFast) -> Any:

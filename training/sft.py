@@ -2,6 +2,10 @@
 
 python -m training.sft --run-dir RUN_DIR
 
+With sft.dataset set, SFT trains on that chat dataset instead, on the sharded trainer, as every
+trainer rank (training/trainer/sft.py). Without it, this single process fine-tunes on the
+environment's demonstrations (tiny models: the CPU demo and the tests).
+
 SIGUSR1 (Slurm's warning before the time limit) stops SFT at the next step without publishing:
 sft/final appears whole or not at all, so the next attempt simply redoes SFT (seeded, same result).
 The process then exits with EXIT_STOPPED.
@@ -192,6 +196,14 @@ def run_sft(run: RunDir, cfg: JobConfig, stop: threading.Event | None = None) ->
 
 def main(argv: list[str] | None = None) -> None:
     run, cfg = parse_args("training.sft", argv)
+    if cfg.sft.enabled and cfg.sft.dataset:
+        if is_committed(run.sft_final):
+            log.info("SFT checkpoint %s already committed; skipping", run.sft_final)
+            return
+        from training.trainer.sft import main as chat_main  # the sharded trainer (torch.distributed)
+
+        chat_main(run, cfg)
+        return
     stop = threading.Event()
     signal.signal(signal.SIGUSR1, lambda *_: stop.set())
     try:

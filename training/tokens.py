@@ -9,3 +9,11 @@ SPECIAL = ["<pad>", "<bos>", "<eos>", "<unk>"]
 # ends an answer.
 CHARS = list(string.digits + string.ascii_lowercase + "+-*=:?., \n")
 TINY_VOCAB = len(SPECIAL) + len(CHARS)
+
+# The tiny tokenizer's chat template: a role letter, the content, a newline; an assistant turn ends
+# with <eos>, which is trained with it (the model learns to stop). Only vocabulary characters.
+TINY_CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'][0] }}: {{ m['content'] }}\n"
+    "{% if m['role'] == 'assistant' %}{{ eos_token }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}a: {% endif %}"
+)

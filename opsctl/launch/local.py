@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from opsctl.errors import ConfigError, UsageError
+from opsctl.launch.datasets import check_sft_dataset
 from training import config as tconfig
 from training.rundir import RunDir, free_port
 
@@ -46,6 +47,7 @@ def prepare(
         cfg = tconfig.load_config(config, overrides)
     except tconfig.ConfigError as exc:
         raise ConfigError(str(exc)) from None
+    check_sft_dataset(cfg)
     if cfg.inference.backend == "vllm" and not cfg.inference.urls:
         # Only `opsctl launch` on Slurm starts vLLM; locally the servers must already be running.
         raise ConfigError("inference.urls: --local does not start vLLM; give the running servers' base URLs")
@@ -117,6 +119,32 @@ class LocalLauncher:
         if proc.popen.wait() != 0:
             raise RuntimeError(f"{name} exited with {proc.popen.returncode}:\n{self._tail(name)}")
 
+    def spawn_ranks(self, name: str, module: str, args: list[str]) -> list[Proc]:
+        """trainer.world_size processes of `module`, one process group on this machine."""
+        port, world = str(free_port()), self.cfg.trainer.world_size
+
+        def env(r: int) -> dict[str, str]:
+            return {"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(world),
+                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+
+        return [self.spawn(f"{name}-{r}", module, args, env(r)) for r in range(world)]
+
+    def run_ranks(self, name: str, module: str) -> None:
+        """A stage as every rank; the first that fails stops the others (they would wait on it)."""
+        procs = self.spawn_ranks(name, module, [])
+        while True:
+            codes = [p.popen.poll() for p in procs]
+            failed = [p for p, c in zip(procs, codes, strict=True) if c not in (None, 0)]
+            if failed:
+                for p in procs:
+                    if p.popen.poll() is None:
+                        p.popen.kill()
+                bad = failed[0]
+                raise RuntimeError(f"{bad.name} exited with {bad.popen.returncode}:\n{self._tail(bad.name)}")
+            if all(c == 0 for c in codes):
+                return
+            time.sleep(0.2)
+
     def wait_inference(self, proc: Proc, timeout: float = 600.0) -> None:
         path = self.run.peers / "inference-0.json"
         deadline = time.monotonic() + timeout
@@ -132,30 +160,17 @@ class LocalLauncher:
         shutil.rmtree(self.run.peers, ignore_errors=True)  # addresses of a previous attempt are stale
         try:
             # Also when SFT is off: the stage builds the tiny random model if model.path is empty.
-            self.run_stage("sft", "training.sft", [])
+            if self.cfg.sft.enabled and self.cfg.sft.dataset:
+                self.run_ranks("sft", "training.sft")  # chat SFT: on the sharded trainer's ranks
+            else:
+                self.run_stage("sft", "training.sft", [])
             # External (vLLM) servers are not ours to start: the orchestrator uses inference.urls.
             inf = None
             if self.cfg.inference.backend == "builtin":
                 inf = self.spawn("inference-0", "training.inference", [], {"INFERENCE_INDEX": "0"})
                 self.wait_inference(inf)
             resume = ["--resume-step", str(resume_step)] if resume_step else []
-            port = str(free_port())
-            world = self.cfg.trainer.world_size
-            trainers = [
-                self.spawn(
-                    f"trainer-{r}",
-                    "training.trainer",
-                    resume,
-                    {
-                        "RANK": str(r),
-                        "LOCAL_RANK": str(r),
-                        "WORLD_SIZE": str(world),
-                        "MASTER_ADDR": "127.0.0.1",
-                        "MASTER_PORT": port,
-                    },
-                )
-                for r in range(world)
-            ]
+            trainers = self.spawn_ranks("trainer", "training.trainer", resume)
             orch = self.spawn("orchestrator", "training.orchestrator", resume)
             workers = [*trainers, orch]
             while True:

@@ -49,6 +49,7 @@ class ScriptParams:
     nccl_socket_ifname: str = ""
     vllm: VllmParams | None = None  # None: the built-in inference server
     inference_restarts: int = 3  # inference.max_restarts
+    sft_ranks: bool = False  # chat SFT (sft.dataset): SFT runs as the trainer's ranks
 
 
 def render_script(params: ScriptParams) -> str:

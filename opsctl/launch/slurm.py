@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from opsctl.errors import EXIT_UNKNOWN, ConfigError, OpsctlError, Refused, Unreachable, UsageError
+from opsctl.launch.datasets import check_sft_dataset
 from opsctl.launch.ledger import Ledger
 from opsctl.launch.quarantine import Quarantine
 from opsctl.launch.render import ScriptParams, VllmParams, render_script
@@ -81,7 +82,9 @@ def resolve_job_config(req: LaunchRequest) -> Any:
             raise ConfigError(f"model.path: checkpoint directory {p} does not exist")
         if not (p / "config.json").is_file():
             raise ConfigError(f"model.path: {p} holds no checkpoint (no config.json)")
+    check_sft_dataset(cfg)
     return cfg
+
 
 
 def inference_share(settings: LaunchSection, nodes: int) -> int:
@@ -202,6 +205,7 @@ def plan_layout(
                             if settings.nccl_socket_ifname else ""),
         vllm=vllm_params(settings, job_config, job_dir),
         inference_restarts=job_config.inference.max_restarts,
+        sft_ranks=bool(job_config.sft.enabled and job_config.sft.dataset),
     )
     return LaunchPlan(
         run_id=run_id,

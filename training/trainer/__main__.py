@@ -12,32 +12,25 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import random
 import signal
-import sys
 import time
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from training.common import lr_factor, set_threads
+from training.common import set_threads
 from training.config import JobConfig, load_config
 from training.fsutil import COMMITTED, wait_for
 from training.metrics import Metrics
 from training.rundir import RunDir
-from training.trainer import checkpoint
+from training.trainer import build, checkpoint
+from training.trainer.build import dist_env, finish
 from training.trainer.step import accumulate
 
 log = logging.getLogger("trainer")
-
-
-def dist_env() -> tuple[int, int]:
-    rank = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
-    world = int(os.environ.get("WORLD_SIZE", os.environ.get("SLURM_NTASKS", "1")))
-    return rank, world
 
 
 class Trainer:
@@ -50,47 +43,21 @@ class Trainer:
         resume_step: int | None = None,
         fsdp: bool | None = None,
     ) -> None:
-        """`fsdp` defaults to sharding on GPU with world > 1; True also shards on CPU over gloo
-        (the resharding tests), where the default is plain replicas with all-reduced gradients."""
+        """`fsdp` None follows trainer.fsdp (sharded on GPU with world > 1 by default); True also
+        shards on CPU over gloo (the resharding tests)."""
         self.run, self.cfg, self.rank, self.world = run, cfg, rank, world
         tc = cfg.trainer
-        self.cuda = torch.cuda.is_available() and tc.backend != "gloo"
-        self.device = (
-            torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', os.environ.get('SLURM_LOCALID', '0')))}")
-            if self.cuda
-            else torch.device("cpu")
-        )
-        if self.cuda:
-            # Before the process group: NCCL binds each rank's communicator to the current device,
-            # and without this every rank of a node would guess from its global rank.
-            torch.cuda.set_device(self.device)
-        if world > 1 and not dist.is_initialized():
-            dist.init_process_group(
-                "nccl" if self.cuda else "gloo",
-                rank=rank,
-                world_size=world,
-                device_id=self.device if self.cuda else None,
-            )
+        where = build.place(cfg, rank, world, fsdp)
+        self.cuda, self.device, self.fsdp = where.cuda, where.device, where.fsdp
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
-        self.fsdp = (self.cuda and world > 1) if fsdp is None else (fsdp and world > 1)
         # Parameters start on the meta device and get memory only for this rank's shards.
         initial = run.initial_model(cfg)
-        ac = tc.activation_checkpointing == "on" or (tc.activation_checkpointing == "auto" and self.cuda)
-        # Master weights, gradients and optimizer state in trainer.master_dtype; under FSDP the layers
-        # compute in trainer.compute_dtype ("auto": the serving dtype, model.dtype).
-        compute = cfg.model.dtype if tc.compute_dtype == "auto" else tc.compute_dtype
-        self.model = checkpoint.build_model(initial, tc.master_dtype, self.device, self.fsdp, ac, compute,
-                                            tc.shard_gpus, tc.attention)
+        self.model = build.build(cfg, initial, where)
         self.model.train()
-        self.opt = torch.optim.AdamW(
-            self.model.parameters(), lr=tc.lr, betas=(tc.betas[0], tc.betas[1]), weight_decay=tc.weight_decay
-        )
-        self.sched = torch.optim.lr_scheduler.LambdaLR(
-            self.opt,
-            lambda s: lr_factor(
-                s, warmup=tc.warmup_steps, total=tc.steps, schedule=tc.lr_schedule, floor=tc.min_lr_ratio
-            ),
+        self.opt, self.sched = build.optimizer(
+            self.model, cfg, lr=tc.lr, weight_decay=tc.weight_decay, warmup=tc.warmup_steps, total=tc.steps,
+            schedule=tc.lr_schedule, floor=tc.min_lr_ratio,
         )
         self.step = 0
         self.stop_requested = False
@@ -196,23 +163,6 @@ class Trainer:
             if self.step % tc.checkpoint_every == 0 and self.step < tc.steps:
                 self.save_checkpoint()
             log.info("step %d loss %.4f grad_norm %.3f", self.step - 1, rec["loss"], rec["grad_norm"])
-
-
-def finish(world: int, metrics: Metrics | None) -> NoReturn:
-    """Leave the process group, close the metrics, flush, and exit 0 without running C++ static
-    destructors. With gloo, torch's teardown at interpreter exit now and then aborts ("terminate
-    called without an active exception", SIGABRT) after every rank's work is done and committed;
-    srun reports that as a failed task and `opsctl watch` would treat a finished run as a crash.
-    Everything the run keeps (weights, checkpoints, metrics) is written and closed before this."""
-    if world > 1:
-        dist.barrier()
-        dist.destroy_process_group()
-    if metrics is not None:
-        metrics.close()
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -251,8 +251,10 @@ def _collective_publish(final: Path, marker: str, info: dict[str, Any], fill: Ca
     dist.barrier()  # nobody starts the next step (or a resume) on an unmarked checkpoint
 
 
-def save_checkpoint(run: RunDir, model: Any, opt: torch.optim.Optimizer, sched: Any, step: int) -> None:
-    """Collective: every rank writes its own shards of model and optimizer."""
+def save_checkpoint(run: RunDir, model: Any, opt: torch.optim.Optimizer, sched: Any, step: int,
+                    component: str = "trainer") -> None:
+    """Collective: every rank writes its own shards of model and optimizer into
+    checkpoints/<component>/step_N (the RL trainer's, or chat SFT's)."""
     model_sd, optim_sd = get_state_dict(model, opt)  # sharded (DTensor) under FSDP: no gather
     rank = dist.get_rank() if dist.is_initialized() else 0
     world = dist.get_world_size() if dist.is_initialized() else 1
@@ -266,18 +268,19 @@ def save_checkpoint(run: RunDir, model: Any, opt: torch.optim.Optimizer, sched: 
         if rank == 0:
             torch.save(meta.__dict__, tmp / TRAINER_STATE)
 
-    final = run.step(run.ckpt("trainer"), step)
+    final = run.step(run.ckpt(component), step)
     _collective_publish(final, COMMITTED, {"step": step, "world_size": world, "format": "dcp"}, fill)
     if rank == 0:
-        ckpts = step_dirs(run.ckpt("trainer"), COMMITTED)
+        ckpts = step_dirs(run.ckpt(component), COMMITTED)
         for s in sorted(ckpts)[:-KEEP_CHECKPOINTS]:
             shutil.rmtree(ckpts[s], ignore_errors=True)
 
 
-def load_checkpoint(run: RunDir, step: int, model: Any, opt: torch.optim.Optimizer, sched: Any) -> int:
+def load_checkpoint(run: RunDir, step: int, model: Any, opt: torch.optim.Optimizer, sched: Any,
+                    component: str = "trainer") -> int:
     """Collective: each rank reads the slices of the saved shards that it owns now, whatever the
     world size that wrote them. Returns the checkpoint's step."""
-    path = run.step(run.ckpt("trainer"), step)
+    path = run.step(run.ckpt(component), step)
     if not (path / COMMITTED).is_file():
         raise FileNotFoundError(f"no committed trainer checkpoint at {path}")
     model_sd, optim_sd = get_state_dict(model, opt)  # the target layout (initialises optimizer state)
@@ -298,11 +301,17 @@ def load_checkpoint(run: RunDir, step: int, model: Any, opt: torch.optim.Optimiz
 def publish_weights(run: RunDir, cfg: JobConfig, model: Any, step: int, rank: int) -> None:
     """Collective under FSDP: every rank writes the shard of the tensors it owns (training/weights.py)
     into weights/step_N, a model directory; rank 0 indexes, marks and prunes old versions."""
-    sd = {k: v for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
-    publish_sharded(run.step(run.weights, step), sd, run.initial_model(cfg), {"version": step},
-                    _collective_publish, DTYPES[cfg.model.dtype])
+    publish_model(run.step(run.weights, step), model, run.initial_model(cfg), {"version": step},
+                  cfg.model.dtype)
     if rank == 0:
         prune_weights(run, cfg)
+
+
+def publish_model(final: Path, model: Any, model_dir: Path, info: dict[str, Any], dtype: str) -> None:
+    """Collective: `model` as a Hugging Face model directory at `final` (config and tokenizer from
+    `model_dir`), each rank writing the shards it owns, marked STABLE once whole."""
+    sd = {k: v for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
+    publish_sharded(final, sd, model_dir, info, _collective_publish, DTYPES[dtype])
 
 
 def prune_weights(run: RunDir, cfg: JobConfig) -> None:

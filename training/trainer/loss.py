@@ -42,3 +42,11 @@ def rl_loss(
         # k3 estimator: ratio - 1 - log(ratio) >= 0, unbiased for KL(inference || trainer).
         kl = ((ratio - 1 - log_ratio) * loss_mask).sum()
     return LossStats(loss, float(loss_mask.sum()), float((loss_mask - keep).sum()), float(kl))
+
+
+def sft_loss(logprobs: torch.Tensor, loss_mask: torch.Tensor, total_tokens: int) -> LossStats:
+    """Negative log-likelihood of the trained tokens (assistant turns), summed and divided by the
+    whole batch's trained-token count, so every token weighs the same however the batch was packed
+    and split over micro-batches and ranks."""
+    loss = -(logprobs * loss_mask).sum() / max(total_tokens, 1)
+    return LossStats(loss, float(loss_mask.sum()), 0.0, 0.0)

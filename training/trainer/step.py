@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from training.model import packed_token_logprobs, token_logprobs
 from training.orchestrator.batch import filler
-from training.trainer.loss import rl_loss
+from training.trainer.loss import rl_loss, sft_loss
 
 
 @dataclass
@@ -60,13 +60,15 @@ def accumulate(
     ratio_low: float,
     ratio_high: float,
     chunk_tokens: int = 0,
+    objective: str = "rl",
 ) -> StepStats:
     """Forward/backward every micro-batch into .grad (the caller zeroes grads and steps).
 
     Each micro-batch's loss is already divided by the whole batch's loss-token count, so summing
     over micro-batches and ranks gives the batch mean whatever the split; fillers have no loss
     tokens and add exactly zero. FSDP averages gradients over ranks, hence the `world` factor;
-    without FSDP the gradients are summed here with an all-reduce.
+    without FSDP the gradients are summed here with an all-reduce. `objective` "sft" trains the
+    loss-mask tokens by likelihood (chat SFT) instead of the policy-gradient loss.
     """
     mbs = equalise(micro_batches, world, device)
     scale = world if fsdp else 1
@@ -81,9 +83,12 @@ def accumulate(
                                        chunk_tokens)
         else:  # a batch written before sequence packing (one document per row)
             lp = token_logprobs(model, mb["input_ids"], mb["attention_mask"], temperature, chunk_tokens)
-        st = rl_loss(
-            lp, mb["logprobs"], mb["advantages"], mb["loss_mask"], loss_tokens, ratio_low, ratio_high
-        )
+        if objective == "sft":
+            st = sft_loss(lp, mb["loss_mask"], loss_tokens)
+        else:
+            st = rl_loss(
+                lp, mb["logprobs"], mb["advantages"], mb["loss_mask"], loss_tokens, ratio_low, ratio_high
+            )
         (st.loss_sum * scale).backward()
         loss_sum += st.loss_sum.detach()
         real, numel = int(mb["attention_mask"].sum()), int(mb["attention_mask"].numel())

@@ -19,7 +19,8 @@ from training.common import set_threads
 from training.config import load_config
 from training.metrics import Metrics
 from training.rundir import RunDir
-from training.trainer.__main__ import Trainer, dist_env, finish
+from training.trainer.__main__ import Trainer
+from training.trainer.build import dist_env, finish
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ from rank_helpers import rank_batches, rl_samples, run_ranks
 from training.config import ModelConfig
 from training.model import DTYPES, create_tiny_model
 from training.rundir import free_port
-from training.trainer.__main__ import finish
+from training.trainer.build import finish
 from training.trainer.checkpoint import _collective_publish, build_model, load_initial_weights
 from training.trainer.step import accumulate
 from training.weights import iter_checkpoint_tensors, publish_sharded

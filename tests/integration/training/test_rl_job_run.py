@@ -1,7 +1,8 @@
 """A real job: SFT, inference server, two gloo trainer ranks and the orchestrator, as processes, on
-the tiny GLM-4.5-Air-architecture MoE (training/configs/moe-demo.toml): its weights go from the
-trainer ranks through the release's per-expert names to the inference server every step. The
-other whole-job tests run the dense demo model."""
+the tiny GLM-4.5-Air-architecture MoE (training/configs/moe-demo.toml): chat SFT on the dataset
+shipped with the tests as two FSDP2 ranks, then RL whose trainer ranks shard the model too and
+publish its weights, each rank its own shard, in the release's per-expert names to the inference
+server every step. The other whole-job tests run the dense demo model."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from rljob_helpers import FAST, MOE_DEMO, launch_argv, metrics
+from rljob_helpers import FAST, MOE_DEMO, ROOT, launch_argv, metrics
 
 pytestmark = pytest.mark.integration
+CHAT = ROOT / "tests" / "fixtures" / "chat" / "arith-chat.jsonl"
 
 
 def test_async_bounds_hold_in_a_real_run(tmp_path: Path, jobs) -> None:  # type: ignore[no-untyped-def]
@@ -28,6 +30,10 @@ def test_async_bounds_hold_in_a_real_run(tmp_path: Path, jobs) -> None:  # type:
                 f"orchestrator.max_off_policy_steps={max_off}",
                 "orchestrator.scheduling=continuous",  # "auto" is batch on the built-in engine
                 "trainer.world_size=2",
+                "trainer.fsdp=on",
+                f'sft.dataset="{CHAT}"',
+                "sft.steps=4",
+                "sft.checkpoint_every=2",
                 "trainer.checkpoint_every=5",
                 "eval.size=8",
                 "eval.samples=2",
@@ -46,6 +52,7 @@ def test_async_bounds_hold_in_a_real_run(tmp_path: Path, jobs) -> None:  # type:
     trainer = [r for r in recs if r["component"] == "trainer"]
     assert [r["step"] for r in orch] == list(range(steps))
     assert [r["step"] for r in trainer] == list(range(steps))
+    assert [r["step"] for r in recs if r["component"] == "sft"] == [0, 1, 2, 3]
     for r in orch:
         # Inference started each group at most async_level policy versions behind its batch ...
         assert r["async_gap_max"] <= k
@@ -90,7 +97,9 @@ def test_async_bounds_hold_in_a_real_run(tmp_path: Path, jobs) -> None:  # type:
     cfg = tomllib.loads((out / "config.toml").read_text())
     assert cfg["orchestrator"]["async_level"] == k and cfg["trainer"]["world_size"] == 2
     logs = {p.name for p in (out / "logs").iterdir()}
-    assert logs == {"sft.log", "inference-0.log", "trainer-0.log", "trainer-1.log", "orchestrator.log"}
+    assert logs == {"sft-0.log", "sft-1.log", "inference-0.log", "trainer-0.log", "trainer-1.log",
+                    "orchestrator.log"}
+    assert json.loads((out / "sft" / "final" / "STABLE").read_text())["steps"] == 4
     assert (out / "weights" / f"step_{steps}" / "STABLE").is_file()
     # Versions on disk: the newest max(keep_weights, async_level + 2) and those of the two kept
     # checkpoints (5, 10), each a model directory in the release's names (a shard per trainer rank).
