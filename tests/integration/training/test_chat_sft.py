@@ -2,7 +2,9 @@
 the tiny GLM-4.5-Air-shaped MoE fine-tuned on the chat dataset shipped with the tests, by one
 process and by two FSDP2 ranks over gloo. The two-rank run is killed (SIGKILL, every rank) once
 its step-4 checkpoint is committed and launched again: it resumes there, and its per-step losses
-and its sft/final weights equal the one-rank run's within float32 reduction-order noise.
+and its sft/final weights equal the one-rank run's within float32 reduction-order noise. The
+one-rank run gets SIGUSR1 (Slurm's warning before the time limit) after its first step: it
+checkpoints where it is, exits 75, and its next launch resumes there.
 """
 
 from __future__ import annotations
@@ -96,9 +98,25 @@ def weights(run: RunDir) -> dict[str, torch.Tensor]:
     return {k: v.detach() for k, v in model.state_dict().items()}
 
 
+def stop_after_first_step(procs: list[subprocess.Popen[bytes]], run: RunDir, log: Path) -> None:
+    deadline = time.monotonic() + 240
+    while not (run.metrics.exists() and sft_losses(run)):
+        assert all(p.poll() is None for p in procs), logs(log, len(procs))
+        assert time.monotonic() < deadline, logs(log, len(procs))
+        time.sleep(0.05)
+    for p in procs:
+        p.send_signal(signal.SIGUSR1)
+    assert [p.wait(timeout=60) for p in procs] == [75] * len(procs), logs(log, len(procs))
+
+
 def test_two_rank_chat_sft_matches_one_rank_and_resumes_after_a_kill(tmp_path: Path) -> None:
     one = make_run(tmp_path / "one", 1)
-    finish(start(one, 1, tmp_path / "one.log"), tmp_path / "one.log")
+    log = tmp_path / "one.log"
+    stop_after_first_step(start(one, 1, log), one, log)
+    assert "stop requested: checkpointed chat SFT at step" in logs(log, 1)
+    assert not (one.sft_final / STABLE).exists()
+    finish(start(one, 1, log), log)
+    assert "resumed chat SFT at step" in logs(log, 1)
 
     two = make_run(tmp_path / "two", 2)
     log = tmp_path / "two.log"
