@@ -138,12 +138,21 @@ class UpdateWeightsMiddleware:
                 counts = await engine.collective_rpc("reload_weights", args=(str(weight_dir),))
                 await reset_prefix_cache(engine)
                 self.version = version
+        except PrefixCacheKept as exc:
+            # 503, a transient answer: the orchestrator takes this replica out of rotation and reloads
+            # it (and retries the reset) before it serves again, rather than ending the job.
+            await _send_json(send, 503, _error(str(exc), "ServiceUnavailableError", 503))
+            return
         except Exception as exc:  # the engine's failure, reported to the orchestrator as one line
             await _send_json(send, 500, _error(f"{type(exc).__name__}: {exc}", "InternalServerError", 500))
             return
         await _send_json(
             send, 200, {"version": version, "load_s": time.perf_counter() - t0, "tensors": counts}
         )
+
+
+class PrefixCacheKept(RuntimeError):
+    """vLLM loaded the weights but would not empty its prefix cache."""
 
 
 async def reset_prefix_cache(engine: Any) -> None:
@@ -158,8 +167,8 @@ async def reset_prefix_cache(engine: Any) -> None:
         except TypeError:  # a client without the option: the refusal stands
             done = False
     if done is False:
-        raise RuntimeError("vLLM refused to reset its prefix cache; new requests could reuse KV "
-                           "computed under the previous weights")
+        raise PrefixCacheKept("vLLM refused to reset its prefix cache; new requests could reuse KV "
+                              "computed under the previous weights")
 
 
 def _error(message: str, kind: str, code: int) -> dict[str, Any]:

@@ -58,6 +58,7 @@ class FakeVLLM:
         self.requests: list[dict[str, Any]] = []
         self.fail_next: list[int] = []  # HTTP statuses the next completion requests get instead
         self.loaded: list[tuple[str, int]] = []  # POST /update_weights (opsctl's route), in order
+        self.fail_updates: list[int] = []  # HTTP statuses the next weight updates get instead
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -85,6 +86,9 @@ class FakeVLLM:
                 try:
                     body = json.loads(self.rfile.read(n))
                     if self.path == "/update_weights":
+                        if fake.fail_updates:
+                            code = fake.fail_updates.pop(0)
+                            raise BadRequest(f"injected {code}", "ServiceUnavailableError", code)
                         fake.loaded.append((body["weight_dir"], body["version"]))
                         self._send(200, {"version": body["version"]})
                         return

@@ -206,3 +206,31 @@ def test_a_restarted_replica_is_found_at_its_new_address_and_given_current_weigh
                 assert not orch.replicas.stale(1)
         finally:
             orch.pool.shutdown()
+
+
+def test_a_replica_whose_prefix_cache_reset_was_refused_is_reloaded_before_it_serves(tmp_path: Path) -> None:
+    """vLLM loaded a version but kept its prefix cache (training/inference/vllm_ext.py answers 503):
+    the job goes on; that replica takes no request until a reload and reset succeed."""
+    run = RunDir(tmp_path)
+    cfg = load_config(None, ["inference.served_model_name=policy", "orchestrator.replica_cooldown_s=0"])
+    env = Environment("probe", [Task("t0", "1+1=", "2")], [], Rubric([exact_answer], [1.0]), Parser())
+    with FakeVLLM("policy") as a, FakeVLLM("policy") as b:
+        orch = Orchestrator(run, cfg, [client(a.url), client(b.url)], env, None,
+                            Metrics(run, "orchestrator", port=None))
+        try:
+            b.fail_updates = [503]
+            orch.update_replicas("/w/step_1", 1)  # no exception: the job goes on
+            orch.loaded_version = 1
+            assert a.loaded == [("/w/step_1", 1)] and b.loaded == [] and orch.replicas.stale(1)
+
+            def complete(replica: int) -> object:
+                return orch.ready(replica).complete(PROMPTS, n=2, max_tokens=4, temperature=1.0, seed=3)
+
+            orch.failover(complete, 1)  # type: ignore[arg-type]
+            assert b.loaded == [(str(run.step(run.weights, 1)), 1)]  # reloaded first, then served
+            assert len(b.requests) == 1 and not orch.replicas.stale(1)
+            b.fail_updates = [500]  # anything else the engine fails with still ends the job
+            with pytest.raises(ServerError):
+                orch.update_replicas("/w/step_2", 2)
+        finally:
+            orch.pool.shutdown()
