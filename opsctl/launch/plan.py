@@ -326,6 +326,25 @@ def describe(plan: Plan) -> str:
     return "\n".join(lines)
 
 
+def refuse_unfit(job: Any, settings: Any, trainer_nodes: int) -> None:
+    """The launch gate's memory check: a layout the planner says cannot fit the GPU is refused before
+    anything is submitted (exit 2), with the peak and the way to see the whole plan."""
+    from opsctl.errors import ConfigError
+
+    try:
+        shape = ModelShape.from_job(job)
+    except OSError:
+        return  # no checkpoint to size: the launch's config check refuses model.path before this
+    try:
+        lay = layout_for(job, trainer_nodes, settings.tasks_per_node)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    plan = build_plan(shape, lay, settings.gpu_memory_mib, trainer_nodes, settings.node_write_gbps)
+    if not plan.fits:
+        raise ConfigError(f"the layout does not fit the GPU: {plan.per_gpu_bytes / GIB:.1f} GiB per trainer "
+                          f"GPU, {plan.usable_bytes / GIB:.1f} GiB usable; see opsctl launch rl-run --plan")
+
+
 def plan_cli(config_path: str | None, job_file: str | None, overrides: list[str], nodes: int | None,
              inference_nodes: int | None, as_json: bool) -> tuple[str, bool]:
     """`opsctl launch rl-run --plan`: the text (or JSON) to print and whether the layout fits.

@@ -20,6 +20,7 @@ from typing import Any
 from opsctl.errors import EXIT_UNKNOWN, ConfigError, OpsctlError, Refused, Unreachable, UsageError
 from opsctl.launch.datasets import check_sft_dataset
 from opsctl.launch.ledger import Ledger
+from opsctl.launch.plan import refuse_unfit
 from opsctl.launch.quarantine import Quarantine
 from opsctl.launch.render import ScriptParams, VllmParams, render_script
 from opsctl.launch.settings import LaunchSection
@@ -171,6 +172,7 @@ def plan_layout(
         raise Refused(f"refusing to launch: {n} nodes needed, {available} of {len(by_name)} in {where} "
                       f"usable; excluded: {why}{more}")
     trainer_nodes = n - m
+    refuse_unfit(job_config, settings, trainer_nodes)
     job_config.trainer.world_size = trainer_nodes * settings.tasks_per_node
     job_config.run_id = run_id
     from training.config import dump_toml, validate

@@ -9,9 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from launch_unit_helpers import partition
 
 from opsctl.cli import main
+from opsctl.errors import ConfigError
 from opsctl.launch.plan import ModelShape
+from opsctl.launch.settings import LaunchSection
+from opsctl.launch.slurm import plan_layout
+from training.config import load_config
 
 REPO = Path(__file__).resolve().parents[3]
 AIR = REPO / "training" / "configs" / "models" / "glm-4.5-air"
@@ -94,3 +99,16 @@ def test_the_plan_does_not_import_torch() -> None:
             "'vocab_size': 10, 'hidden_size': 8, 'num_hidden_layers': 1, 'num_attention_heads': 2, "
             "'intermediate_size': 16}); assert 'torch' not in sys.modules")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_the_launch_gate_refuses_what_the_planner_refuses(production: LaunchSection) -> None:
+    """Not only --plan: `opsctl launch rl-run` itself refuses the layout before rendering or sbatch."""
+    cfg = load_config(None, [a for a in AIR_RUN if a != "-o"])
+    with pytest.raises(ConfigError, match=r"^the layout does not fit the GPU: \d+\.\d GiB per trainer GPU, "
+                                          r"126\.4 GiB usable; see opsctl launch rl-run --plan$"):
+        plan_layout(production, cfg, partition(3), set(), {}, run_id="r1", run_dir=Path("/shared/runs/r1"),
+                    nodes=3, inference_nodes=1)
+    cfg = load_config(None, [a for a in AIR_RUN if a != "-o"])
+    text = plan_layout(production, cfg, partition(64), set(), {}, run_id="r1",
+                       run_dir=Path("/shared/runs/r1")).script
+    assert "training.trainer" in text  # 48 trainer nodes: it fits and renders
