@@ -1,9 +1,10 @@
 """Helpers for tests that run several trainer ranks as spawned processes on gloo (CPU): synthetic
-RL samples dealt into per-rank micro-batches, and a run that fails the test instead of hanging
-when a collective never completes."""
+RL samples dealt into per-rank micro-batches, the ranks' process group and training loop, and a run
+that fails the test instead of hanging when a collective never completes."""
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Callable
@@ -11,9 +12,13 @@ from typing import Any
 
 import pytest
 import torch
+import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from training.orchestrator.batch import Sample, collate, pack, shard
+from training.trainer.step import StepStats, accumulate
+
+Batches = Callable[[int, int], tuple[list[list[dict[str, torch.Tensor]]], int]]
 
 
 def rl_samples(rng: random.Random, count: int, shortest: int = 8, prompt: int = 3) -> list[Sample]:
@@ -51,3 +56,35 @@ def run_ranks(fn: Callable[..., None], world: int, args: tuple[Any, ...], timeou
         for p in ctx.processes:
             if p.is_alive():
                 p.kill()
+
+
+def join_gloo(rank: int, world: int, port: int) -> None:
+    """One thread, seed 0, and (world > 1) the gloo process group on 127.0.0.1:port."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    if world > 1:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+
+
+def train_steps(model: Any, opt: torch.optim.Optimizer, batches: Batches, rank: int, world: int, *,
+                fsdp: bool, steps: int, clip: float | None = None,
+                around: tuple[Callable[[], None], Callable[[], None]] | None = None) -> list[StepStats]:
+    """The trainer's step (training.trainer.step.accumulate, chunked log-probs) on this rank's share of
+    batches(step, world), `steps` updates, then one more pass that only measures the loss after the
+    last. `around`: called before and after each pass's forward/backward."""
+    out = []
+    for step in range(steps + 1):
+        ranks, tokens = batches(step, world)
+        opt.zero_grad(set_to_none=True)
+        if around:
+            around[0]()
+        out.append(accumulate(model, ranks[rank], tokens, world=world, fsdp=fsdp, device=torch.device("cpu"),
+                              temperature=1.0, ratio_low=0.125, ratio_high=8.0, chunk_tokens=16))
+        if around:
+            around[1]()
+        if step < steps:
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            opt.step()
+    return out

@@ -20,23 +20,20 @@ bitwise equal; measured after STEPS AdamW steps: at most 1.2e-7.
 from __future__ import annotations
 
 import json
-import os
 import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
-from rank_helpers import rank_batches, rl_samples, run_ranks
+from rank_helpers import join_gloo, rank_batches, rl_samples, run_ranks, train_steps
 from transformers import AutoModelForCausalLM
 
 from training.config import ModelConfig
 from training.model import create_tiny_model
 from training.rundir import free_port
-from training.trainer.__main__ import finish
+from training.trainer.build import finish
 from training.trainer.checkpoint import enable_activation_checkpointing
-from training.trainer.step import accumulate
 from training.varlen import VARLEN
 
 pytestmark = pytest.mark.integration
@@ -93,12 +90,8 @@ def force_routing(model: Any, used: set[int]) -> None:
 
 
 def train(rank: int, world: int, model_dir: str, port: int, out: str, moe: bool = False) -> None:
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
+    join_gloo(rank, world, port)
     fsdp = world > 1
-    if fsdp:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        dist.init_process_group("gloo", rank=rank, world_size=world)
     # The MoE case also packs without a mask (trainer.attention = "varlen"): its fillers (rank 1's
     # only micro-batch in step 1) must still reach every sharded weight in backward.
     extra = {"attn_implementation": VARLEN} if moe else {}
@@ -115,29 +108,10 @@ def train(rank: int, world: int, model_dir: str, port: int, out: str, moe: bool 
         fully_shard(model)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, betas=(0.9, 0.99))
-    losses, counts, experts = [], [], []
-    for step in range(STEPS + 1):  # the last pass only measures the loss after STEPS updates
-        ranks, loss_tokens = step_batch(step, world)
-        opt.zero_grad(set_to_none=True)
-        used.clear()
-        st = accumulate(
-            model,
-            ranks[rank],
-            loss_tokens,
-            world=world,
-            fsdp=fsdp,
-            device=torch.device("cpu"),
-            temperature=1.0,
-            ratio_low=0.125,
-            ratio_high=8.0,
-            chunk_tokens=16,  # the trainer's chunked log-probs, the output head gathered by FSDP
-        )
-        losses.append(st.loss)
-        counts.append(st.micro_batches)
-        experts.append(sorted(used))
-        if step < STEPS:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
+    experts: list[list[int]] = []
+    stats = train_steps(model, opt, step_batch, rank, world, fsdp=fsdp, steps=STEPS, clip=1.0,
+                        around=(used.clear, lambda: experts.append(sorted(used))))
+    losses, counts = [st.loss for st in stats], [st.micro_batches for st in stats]
     Path(f"{out}.{rank}").write_text(json.dumps({"losses": losses, "micro_batches": counts,
                                                  "experts": experts}))
     if fsdp:

@@ -8,22 +8,19 @@ hold (full_tensor) bit for bit.
 from __future__ import annotations
 
 import json
-import os
 import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
-from rank_helpers import rank_batches, rl_samples, run_ranks
+from rank_helpers import join_gloo, rank_batches, rl_samples, run_ranks, train_steps
 
 from training.config import ModelConfig
 from training.model import create_tiny_model
 from training.rundir import free_port
-from training.trainer.__main__ import finish
+from training.trainer.build import finish
 from training.trainer.checkpoint import _collective_publish, build_model, load_initial_weights
-from training.trainer.step import accumulate
 from training.weights import iter_checkpoint_tensors, publish_sharded
 
 pytestmark = pytest.mark.integration
@@ -38,24 +35,12 @@ def batch(step: int, world: int) -> tuple[list[list[dict[str, torch.Tensor]]], i
 
 
 def train(rank: int, world: int, model_dir: str, port: int, out: str) -> None:
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
+    join_gloo(rank, world, port)
     fsdp = world > 1
-    if fsdp:
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        dist.init_process_group("gloo", rank=rank, world_size=world)
     model = build_model(Path(model_dir), "float32", torch.device("cpu"), fsdp=fsdp, shard_gpus=SHARD)
     load_initial_weights(model, Path(model_dir), "float32")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    losses = []
-    for step in range(STEPS + 1):
-        ranks, tokens = batch(step, world)
-        opt.zero_grad(set_to_none=True)
-        st = accumulate(model, ranks[rank], tokens, world=world, fsdp=fsdp, device=torch.device("cpu"),
-                        temperature=1.0, ratio_low=0.125, ratio_high=8.0, chunk_tokens=16)
-        losses.append(st.loss)
-        if step < STEPS:
-            opt.step()
+    losses = [st.loss for st in train_steps(model, opt, batch, rank, world, fsdp=fsdp, steps=STEPS)]
     sd = dict(model.state_dict())
     placements = sorted({str(tuple(v.placements)) for v in sd.values() if hasattr(v, "placements")})
     full = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v) for k, v in sd.items()}

@@ -8,22 +8,19 @@ keeps 8 bits of mantissa (measured: at most 1.7e-3 over STEPS steps).
 from __future__ import annotations
 
 import json
-import os
 import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
-from rank_helpers import rank_batches, rl_samples, run_ranks
+from rank_helpers import join_gloo, rank_batches, rl_samples, run_ranks, train_steps
 
 from training.config import ModelConfig
 from training.model import DTYPES, create_tiny_model
 from training.rundir import free_port
 from training.trainer.build import finish
 from training.trainer.checkpoint import _collective_publish, build_model, load_initial_weights
-from training.trainer.step import accumulate
 from training.weights import iter_checkpoint_tensors, publish_sharded
 
 pytestmark = pytest.mark.integration
@@ -38,24 +35,13 @@ def batch(step: int, world: int) -> tuple[list[list[dict[str, torch.Tensor]]], i
 
 
 def train(rank: int, world: int, model_dir: str, port: int, out: str, compute: str) -> None:
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    join_gloo(rank, world, port)
     model = build_model(Path(model_dir), "float32", torch.device("cpu"), fsdp=True, compute_dtype=compute)
     load_initial_weights(model, Path(model_dir), "float32")
     seen: set[torch.dtype] = set()
     model.model.layers[0].mlp.register_forward_hook(lambda _m, _a, o: seen.add(o.dtype))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    losses = []
-    for step in range(STEPS + 1):
-        ranks, tokens = batch(step, world)
-        opt.zero_grad(set_to_none=True)
-        st = accumulate(model, ranks[rank], tokens, world=world, fsdp=True, device=torch.device("cpu"),
-                        temperature=1.0, ratio_low=0.125, ratio_high=8.0, chunk_tokens=16)
-        losses.append(st.loss)
-        if step < STEPS:
-            opt.step()
+    losses = [st.loss for st in train_steps(model, opt, batch, rank, world, fsdp=True, steps=STEPS)]
     master = {p.to_local().dtype for p in model.parameters()}
     grads = {p.grad.to_local().dtype for p in model.parameters() if p.grad is not None}
     state = {v.dtype for s in opt.state.values() for v in s.values() if torch.is_tensor(v) and v.dim() > 0}
