@@ -122,6 +122,9 @@ class InferenceConfig:
     max_restarts: int = 3
     # Built-in engine: keep a KV cache across decode steps (false recomputes the whole prefix).
     kv_cache: bool = True
+    # Built-in server's /v1/chat/completions: the format tool calls are read in, as vLLM's
+    # --tool-call-parser: "hermes" (<tool_call>{json}</tool_call>), "glm45", or "auto" (by model type).
+    tool_call_parser: str = "auto"
 
 
 @dataclass
@@ -277,6 +280,7 @@ CHOICES = {
     "trainer.activation_checkpointing": {"auto", "on", "off"},
     "trainer.attention": {"mask", "varlen"},
     "trainer.fsdp": {"auto", "on", "off"},
+    "inference.tool_call_parser": {"auto", "hermes", "glm45"},
     "orchestrator.scheduling": {"auto", "continuous", "batch"},
     "sft.lr_schedule": {"constant", "cosine"},
     "trainer.lr_schedule": {"constant", "cosine"},

@@ -18,6 +18,7 @@ import threading
 import torch
 
 from training.common import parse_args, set_threads
+from training.inference.chat_api import tool_parser_for
 from training.inference.engine import CacheUnsupported, Engine
 from training.inference.server import InferenceServer
 from training.model import load_model, load_tokenizer
@@ -49,7 +50,8 @@ def main(argv: list[str] | None = None) -> None:
     except CacheUnsupported as exc:
         print(f"training.inference: error: {exc}", file=sys.stderr)
         sys.exit(2)
-    server = InferenceServer(engine, tokenizer, str(path), cfg.inference.host, cfg.inference.port)
+    parser = tool_parser_for(cfg.inference.tool_call_parser, str(getattr(model.config, "model_type", "")))
+    server = InferenceServer(engine, tokenizer, str(path), cfg.inference.host, cfg.inference.port, parser)
     host = cfg.inference.host if cfg.inference.host not in ("0.0.0.0", "") else socket.gethostname()
     url = f"http://{host}:{server.port}"
     stop = threading.Event()

@@ -7,6 +7,9 @@ POST /v1/completions         prompt(s) as text or token ids, n, max_tokens, temp
                              return_tokens_as_token_ids, include_stop_str_in_output and
                              add_special_tokens (text prompts start with BOS when the tokenizer
                              has one, as in vLLM; false leaves it out)
+POST /v1/chat/completions    messages rendered with the model's chat template, tools and tool calls,
+                             logprobs, and vLLM's return_token_ids (prompt and completion token
+                             ids): training/inference/chat_api.py
 POST /update_weights         {"weight_dir": DIR, "version": N}: load the model directory DIR, then
                              pause, swap, resume: in-flight requests continue
 POST /pause, POST /resume
@@ -33,6 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 
 from training.envs.base import prompt_ids
 from training.fsutil import STABLE
+from training.inference import chat_api
 from training.inference.engine import Engine
 from training.weights import WeightsError, load_trainer_state
 
@@ -116,11 +120,13 @@ def _cut_at_stop(text: str, stop: str | None, include: bool) -> str:
 
 class InferenceServer:
     def __init__(
-        self, engine: Engine, tokenizer: Any, model_name: str, host: str = "127.0.0.1", port: int = 0
+        self, engine: Engine, tokenizer: Any, model_name: str, host: str = "127.0.0.1", port: int = 0,
+        tool_parser: str = "hermes",
     ) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.model_name = model_name
+        self.tool_parser = tool_parser  # chat_api.TOOL_PARSERS
         self.registry = CollectorRegistry()
         self.m_requests = Counter("opsctl_inference_requests", "Completion requests", registry=self.registry)
         self.m_tokens = Gauge("opsctl_inference_tokens_generated", "Tokens generated", registry=self.registry)
@@ -188,6 +194,8 @@ class InferenceServer:
                     body = self._body()
                     if self.path == "/v1/completions":
                         self._send(200, server.complete(body, lambda: peer_closed(self.connection)))
+                    elif self.path == "/v1/chat/completions":
+                        self._send(200, server.chat(body, lambda: peer_closed(self.connection)))
                     elif self.path == "/update_weights":
                         self._send(200, server.update_weights(body))
                     elif self.path == "/pause":
@@ -224,21 +232,8 @@ class InferenceServer:
         include_stop = bool(body.get("include_stop_str_in_output", False))
         as_ids = bool(body.get("return_tokens_as_token_ids", False))
         want_lp = body.get("logprobs") is not None
-        self.m_requests.inc()
-        req = self.engine.submit(
-            prompts,
-            n=n,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            seed=None if seed is None else int(seed),
-            stop=stop,
-        )
-        while not req.done.wait(DISCONNECT_POLL_S):
-            if client_gone is not None and client_gone():
-                self.engine.cancel(req)
-                self.m_aborted.inc()
-                log.info("request %d aborted: the client disconnected", req.id)
-                raise ClientGone
+        req = self._generate(prompts, n, max_tokens, temperature, None if seed is None else int(seed), stop,
+                             client_gone)
         seqs = req.seqs
         choices = []
         for idx, s in enumerate(seqs):
@@ -277,6 +272,55 @@ class InferenceServer:
                 "total_tokens": n_prompt + n_comp,
             },
         }
+
+    def _generate(self, prompts: list[list[int]], n: int, max_tokens: int, temperature: float,
+                  seed: int | None, stop: list[str], client_gone: Callable[[], bool] | None) -> Any:
+        """Submit to the engine and wait; a client that hangs up cancels the request (ClientGone)."""
+        self.m_requests.inc()
+        req = self.engine.submit(prompts, n=n, max_tokens=max_tokens, temperature=temperature, seed=seed,
+                                 stop=stop)
+        while not req.done.wait(DISCONNECT_POLL_S):
+            if client_gone is not None and client_gone():
+                self.engine.cancel(req)
+                self.m_aborted.inc()
+                log.info("request %d aborted: the client disconnected", req.id)
+                raise ClientGone
+        return req
+
+    def chat(self, body: dict[str, Any], client_gone: Callable[[], bool] | None = None) -> dict[str, Any]:
+        """A chat completion in vLLM's response shape (training/inference/chat_api.py)."""
+        try:
+            creq = chat_api.parse_request(body)
+            prompt = chat_api.prompt_token_ids(self.tokenizer, creq)
+        except chat_api.ChatRequestError as exc:
+            raise BadRequest(str(exc)) from None
+        req = self._generate([prompt], creq.n, creq.max_tokens, creq.temperature, creq.seed, creq.stop,
+                             client_gone)
+        choices = []
+        for idx, s in enumerate(req.seqs):
+            decoded = self.tokenizer.decode(s.tokens, skip_special_tokens=True)
+            text = _cut_at_stop(decoded, s.stop_reason, False)
+            msg, reason = chat_api.message(text, s.finish_reason, creq, self.tool_parser)
+            choice: dict[str, Any] = {
+                "index": idx, "message": msg, "finish_reason": reason, "stop_reason": s.stop_reason,
+                "policy_version": [min(s.versions), max(s.versions)], "logprobs": None,
+            }
+            if creq.logprobs:
+                content = chat_api.logprobs_content(self.tokenizer, s.tokens, s.logprobs, creq.tokens_as_ids)
+                choice["logprobs"] = {"content": content}
+            if creq.return_token_ids:
+                choice["token_ids"] = list(s.tokens)
+            choices.append(choice)
+        n_comp = sum(len(s.tokens) for s in req.seqs)
+        out: dict[str, Any] = {
+            "id": f"chatcmpl-{req.id}", "object": "chat.completion", "created": int(time.time()),
+            "model": self.model_name, "choices": choices,
+            "usage": {"prompt_tokens": len(prompt), "completion_tokens": n_comp,
+                      "total_tokens": len(prompt) + n_comp},
+        }
+        if creq.return_token_ids:
+            out["prompt_token_ids"] = prompt
+        return out
 
     def update_weights(self, body: dict[str, Any]) -> dict[str, Any]:
         weight_dir = body.get("weight_dir")
