@@ -16,7 +16,9 @@ the bound stays as context but is not trained.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -70,3 +72,18 @@ def merge_turns(turns: list[Turn], step: int | None = None, max_off_policy_steps
             out.append(cur)
         cur.extend_sampled(turn, trained)
     return out
+
+
+def turns_from_trajectory(steps: Sequence[Mapping[str, Any]], version: int) -> list[Turn]:
+    """The turns of a verifiers rollout (its state's `trajectory`: one step per model response, each
+    with the `tokens` the client read from the server's `prompt_token_ids`, `token_ids` and
+    log-probs). A step without tokens means the server did not return them (no `return_token_ids`):
+    training on re-tokenized text would not be the sampled tokens, so that is an error."""
+    turns = []
+    for i, step in enumerate(steps):
+        tokens = step.get("tokens")
+        if not tokens:
+            raise ValueError(f"trajectory step {i} has no token ids (request them with return_token_ids)")
+        turns.append(Turn(list(tokens["prompt_ids"]), list(tokens["completion_ids"]),
+                          [float(x) for x in tokens["completion_logprobs"]], version))
+    return turns
