@@ -14,6 +14,7 @@ APT_PACKAGES=(
   openssh-server openssh-client                 # sshd for the paramiko evidence source
   debootstrap systemd-container iproute2        # the nspawn machine lab
   chromium                                      # headless browser for the run viewer's tests
+  bubblewrap                                    # the sandbox for model-written code (training/sandbox.py)
 )
 
 missing=()

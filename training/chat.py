@@ -11,8 +11,9 @@ of the rendering of the whole conversation. Some templates rewrite earlier turns
 turn's reasoning, for one), so the conversation is then split: one sample per assistant turn, each
 with the context exactly as the template renders it at that turn.
 
-JSONL datasets hold one conversation per line: {"messages": [{"role": ..., "content": ...}, ...]}
-with optional "tools" (passed to the template). Torch-free: `opsctl launch` validates datasets.
+Datasets: JSONL, one conversation per line: {"messages": [{"role": ..., "content": ...}, ...]} with
+optional "tools" (passed to the template); or Parquet with the same columns (read with pyarrow, of
+the training extra). Torch-free: `opsctl launch` validates datasets.
 """
 
 from __future__ import annotations
@@ -58,11 +59,53 @@ def check_conversation(conv: Conversation, where: str) -> None:
         raise ChatDataError(f"{where}: no assistant message, nothing to train")
 
 
+def load_dataset(path: str | Path) -> list[Conversation]:
+    """Every conversation of a JSONL or Parquet file, checked; errors name the file and record."""
+    p = Path(path)
+    if p.suffix == ".parquet":
+        return load_parquet(p)
+    if p.suffix not in (".jsonl", ".json"):
+        raise ChatDataError(f"{p}: chat datasets are JSONL (one {{'messages': [...]}} per line) or Parquet")
+    return load_jsonl(p)
+
+
+def _conversation(rec: Any, where: str) -> Conversation:
+    if not isinstance(rec, dict) or "messages" not in rec:
+        raise ChatDataError(f"{where}: a record needs 'messages'")
+    conv = Conversation(rec["messages"], rec.get("tools"))
+    check_conversation(conv, where)
+    return conv
+
+
+def _drop_nulls(m: Any) -> Any:
+    return {k: v for k, v in m.items() if v is not None} if isinstance(m, dict) else m
+
+
+def load_parquet(p: Path) -> list[Conversation]:
+    """A Parquet file's rows as conversations ('messages' a list of structs; keys a row lacks read
+    as null, so they are dropped)."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ChatDataError(f"{p}: reading Parquet needs pyarrow (the training extra)") from None
+    try:
+        rows = pq.read_table(p).to_pylist()
+    except (OSError, ValueError) as exc:
+        raise ChatDataError(f"{p}: not a readable Parquet file ({exc})") from None
+    out = []
+    for n, row in enumerate(rows):
+        msgs = row.get("messages") if isinstance(row, dict) else None
+        if isinstance(msgs, list):
+            row = {**row, "messages": [_drop_nulls(m) for m in msgs]}
+        out.append(_conversation(row, f"{p}: row {n}"))
+    if not out:
+        raise ChatDataError(f"{p}: no conversations")
+    return out
+
+
 def load_jsonl(path: str | Path) -> list[Conversation]:
     """Every conversation of a JSONL file, checked; errors name the file and line."""
     p = Path(path)
-    if p.suffix not in (".jsonl", ".json"):
-        raise ChatDataError(f"{p}: chat datasets are JSONL (one {{'messages': [...]}} per line)")
     try:
         lines = p.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
@@ -76,11 +119,7 @@ def load_jsonl(path: str | Path) -> list[Conversation]:
             rec = json.loads(line)
         except json.JSONDecodeError as exc:
             raise ChatDataError(f"{where}: not JSON ({exc.msg})") from None
-        if not isinstance(rec, dict) or "messages" not in rec:
-            raise ChatDataError(f"{where}: a record needs 'messages'")
-        conv = Conversation(rec["messages"], rec.get("tools"))
-        check_conversation(conv, where)
-        out.append(conv)
+        out.append(_conversation(rec, where))
     if not out:
         raise ChatDataError(f"{p}: no conversations")
     return out

@@ -69,7 +69,7 @@ class SFTConfig:
     target_accuracy: float = 0.0
     check_every: int = 25  # SFT steps between accuracy checks (only with target_accuracy > 0)
     check_size: int = 128  # training problems per accuracy check, one sampled completion each
-    # A chat dataset (JSONL, one {"messages": [...]} per line) to fine-tune on instead of the
+    # A chat dataset (JSONL, one {"messages": [...]} per line, or Parquet) to fine-tune on instead of the
     # environment's demonstrations: rendered with the model's chat template, loss on assistant
     # turns only, packed, on the sharded trainer (all trainer.world_size ranks, trainer.* layout),
     # checkpointed every checkpoint_every steps and resumed from there. batch_size counts

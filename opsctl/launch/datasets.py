@@ -13,11 +13,11 @@ def check_sft_dataset(cfg: Any) -> None:
     hour later) and make its path absolute: the job's processes run in another directory."""
     if not (cfg.sft.enabled and cfg.sft.dataset):
         return
-    from training.chat import ChatDataError, load_jsonl
+    from training.chat import ChatDataError, load_dataset
 
     path = Path(cfg.sft.dataset).resolve()
     try:
-        load_jsonl(path)
+        load_dataset(path)
     except ChatDataError as exc:
         raise ConfigError(f"sft.dataset: {exc}") from None
     cfg.sft.dataset = str(path)

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from training.chat import ChatDataError, load_jsonl, render
+from training.chat import ChatDataError, load_dataset, render
 from training.config import JobConfig
 from training.fsutil import COMMITTED, remove_uncommitted, step_dirs
 from training.metrics import Metrics
@@ -44,7 +44,7 @@ EXIT_STOPPED = 75  # as training.sft: stopped on request; the next attempt resum
 
 def chat_samples(path: str | Path, tokenizer: Any) -> list[Sample]:
     out = []
-    for conv in load_jsonl(path):
+    for conv in load_dataset(path):
         for ct in render(tokenizer, conv):
             n = len(ct.input_ids)
             out.append(Sample(ct.input_ids, ct.loss_mask, [0.0] * n, [0.0] * n))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from training.chat import ChatDataError, Conversation, load_jsonl, render
+from training.chat import ChatDataError, Conversation, load_dataset, load_jsonl, render
 from training.model import build_char_tokenizer
 from training.trainer.sft import chat_samples, rank_micro_batches, step_indices
 
@@ -93,11 +93,23 @@ def test_bad_records_name_file_and_line(tmp_path: Path, line: str, message: str)
         load_jsonl(path)
 
 
-def test_missing_or_non_jsonl_dataset(tmp_path: Path) -> None:
+def test_missing_or_unknown_dataset(tmp_path: Path) -> None:
     with pytest.raises(ChatDataError, match="No such file"):
-        load_jsonl(tmp_path / "absent.jsonl")
-    with pytest.raises(ChatDataError, match="JSONL"):
-        load_jsonl(tmp_path / "data.parquet")
+        load_dataset(tmp_path / "absent.jsonl")
+    with pytest.raises(ChatDataError, match=r"JSONL .* or Parquet"):
+        load_dataset(tmp_path / "data.csv")
+
+
+def test_parquet_with_the_same_columns_reads_the_same(tmp_path: Path, tok) -> None:  # type: ignore[no-untyped-def]
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    rows = [json.loads(line) for line in DATASET.read_text().splitlines()]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "chat.parquet")
+    assert load_dataset(tmp_path / "chat.parquet") == load_dataset(DATASET)
+    pq.write_table(pa.Table.from_pylist([{"text": "no messages"}]), tmp_path / "bad.parquet")
+    with pytest.raises(ChatDataError, match=r"bad\.parquet: row 0: a record needs 'messages'"):
+        load_dataset(tmp_path / "bad.parquet")
 
 
 def test_shipped_dataset_batches_are_dealt_whole_and_deterministic(tok) -> None:  # type: ignore[no-untyped-def]
