@@ -107,6 +107,11 @@ def _link_or_copy(src: Path, dst: Path) -> None:
     os.replace(tmp, dst)
 
 
+def _drop_project_wheels(directory: Path) -> None:
+    for old in directory.glob(f"{PROJECT}-*.whl"):
+        old.unlink()
+
+
 def stage(cfg: LabConfig, repo_root: Path) -> StagedWheelhouse:
     """Build the project wheel, download what it needs (cached), and lay both out in the share."""
     dest = wheelhouse_dir(cfg)
@@ -114,16 +119,18 @@ def stage(cfg: LabConfig, repo_root: Path) -> StagedWheelhouse:
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="opsctl-wheel-") as tmp:
         wheel = build_project_wheel(repo_root, Path(tmp))
-        # pip skips what the cache already holds; it would also save the project wheel there,
-        # which is why the project wheel is copied from the fresh build below, never the cache.
+        # pip skips what the cache already holds, and it saves the project wheel there too. An
+        # older project wheel left in the cache would be taken for this one (same name), and its
+        # metadata would resolve the dependencies: a dependency added since would never be
+        # downloaded. So the cache never keeps a project wheel; the share gets the fresh build.
+        _drop_project_wheels(cache)
         # the wheel with its training extra: the job's stack (torch and the rest) comes with it
         run(download_argv(cache, [f"{wheel}[training]", TORCH_REQUIREMENT], repo_root / LOCK), timeout=1800)
+        _drop_project_wheels(cache)
         dest.mkdir(parents=True, exist_ok=True)
-        for old in dest.glob(f"{PROJECT}-*.whl"):
-            old.unlink()
+        _drop_project_wheels(dest)
         for dep in sorted(cache.glob("*.whl")):
-            if not dep.name.startswith(f"{PROJECT}-"):
-                _link_or_copy(dep, dest / dep.name)
+            _link_or_copy(dep, dest / dep.name)
         _link_or_copy(wheel, dest / wheel.name)
     _stage_lean(cfg, dest / wheel.name, repo_root / LOCK)
     shutil.copyfile(repo_root / LOCK, lock_copy(cfg))
