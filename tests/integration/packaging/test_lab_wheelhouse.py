@@ -11,7 +11,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from packaging.tags import Tag
+from packaging.tags import compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from opsctl.lab import runtime
@@ -21,13 +21,11 @@ from opsctl.lab.inventory import inventory_data
 pytestmark = pytest.mark.integration  # pip builds and downloads wheels: not for the unit tier
 
 REPO = Path(__file__).resolve().parents[3]
-# What Debian 12's CPython 3.11 on x86_64 (the lab machines' python3) installs.
-LAB_TAGS = {Tag("cp311", "cp311", p) for p in runtime.LAB_PLATFORMS} | {
-    Tag(interp, abi, plat)
-    for interp in ("py3", "cp311", "cp38", "cp39", "cp310", "py2.py3")
-    for abi in ("none", "abi3")
-    for plat in ("any", *runtime.LAB_PLATFORMS)
-}
+# What Debian 12's CPython 3.11 on x86_64 (the lab machines' python3) installs, as pip computes it
+# (cp311 and abi3 builds, and pure wheels down to py30, py311-none-any included).
+LAB_TAGS = set(cpython_tags((3, 11), platforms=runtime.LAB_PLATFORMS)) | set(
+    compatible_tags((3, 11), "cp311", runtime.LAB_PLATFORMS)
+)
 
 
 @pytest.fixture(scope="module")
