@@ -125,11 +125,21 @@ def load_jsonl(path: str | Path) -> list[Conversation]:
     return out
 
 
-def _render(tokenizer: Any, msgs: list[dict[str, Any]], tools: Any, generation_prompt: bool) -> str:
+def _render(tokenizer: Any, msgs: list[dict[str, Any]], tools: Any, generation_prompt: bool,
+            **template_kwargs: Any) -> str:
     text: str = tokenizer.apply_chat_template(
-        msgs, tools=tools, tokenize=False, add_generation_prompt=generation_prompt
+        msgs, tools=tools, tokenize=False, add_generation_prompt=generation_prompt, **template_kwargs
     )
     return text
+
+
+def prompt_ids(
+    tokenizer: Any, msgs: list[dict[str, Any]], tools: Any = None, **template_kwargs: Any
+) -> list[int]:
+    """A conversation so far as the prompt of the next assistant turn: rendered as training renders
+    it (generation prompt added), tokenized without special tokens (the template places them)."""
+    return list(tokenizer.encode(_render(tokenizer, msgs, tools, True, **template_kwargs),
+                                 add_special_tokens=False))
 
 
 def assistant_spans(tokenizer: Any, conv: Conversation) -> tuple[str, list[tuple[int, int]]] | None:

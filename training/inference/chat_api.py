@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from training.chat import prompt_ids as render_prompt_ids
+
 
 class ChatRequestError(ValueError):
     """A request the server answers with HTTP 400; the message says which field."""
@@ -133,9 +135,7 @@ def prompt_token_ids(tokenizer: Any, req: ChatRequest) -> list[int]:
     """The request's prompt as the model's chat template renders it, generation prompt included."""
     if not getattr(tokenizer, "chat_template", None):
         raise ChatRequestError("the served model's tokenizer has no chat template")
-    text = tokenizer.apply_chat_template(req.messages, tools=req.tools, tokenize=False,
-                                         add_generation_prompt=True, **req.template_kwargs)
-    ids = list(tokenizer.encode(text, add_special_tokens=False))
+    ids = render_prompt_ids(tokenizer, req.messages, req.tools, **req.template_kwargs)
     if not ids:
         raise ChatRequestError("messages render to no tokens")
     return ids
