@@ -13,7 +13,7 @@ demo: $(STAMP)
 	PATH=$(abspath $(BIN)):$$PATH bash scripts/demo.sh
 
 lint: $(STAMP)
-	$(BIN)/ruff check opsctl training tests bench scripts dashboards
+	$(BIN)/ruff check opsctl training tests bench scripts dashboards environments
 	$(BIN)/mypy
 	$(BIN)/mypy scripts/lock.py scripts/extract_dcgm_fields.py
 

@@ -43,9 +43,17 @@ class ModelConfig:
 
 @dataclass
 class EnvConfig:
-    name: str = "arithmetic"  # registered environment (training.envs.REGISTRY)
+    # A built-in environment (training.envs.REGISTRY), or "vf:<env_id>": an installed verifiers
+    # environment (docs/training.md, "verifiers environments").
+    name: str = "arithmetic"
     # Passed to the environment's load_environment(**kwargs).
     kwargs: dict[str, Any] = field(default_factory=dict)
+    # vf: environments: local package directories or wheels that `opsctl launch` installs, offline and
+    # without their dependencies (the runtime must hold those), into the run's environments/.
+    packages: list[str] = field(default_factory=list)
+    # vf: environments: reference answers `opsctl launch` scores with the rubric; a reward function
+    # that raises on any of them fails the launch (verifiers would score every rollout 0). 0: skip.
+    check_examples: int = 4
 
 
 @dataclass
@@ -401,6 +409,7 @@ def validate(cfg: JobConfig) -> None:
                           f"({cfg.trainer.world_size})")
     if cfg.orchestrator.group_size < 2:
         raise ConfigError("orchestrator.group_size: must be >= 2 (advantages are relative to the group)")
+    _validate_env(cfg)
     if cfg.orchestrator.async_level < 0:
         raise ConfigError("orchestrator.async_level: must be >= 0")
     if cfg.orchestrator.max_off_policy_steps < 0:
@@ -463,8 +472,9 @@ def validate(cfg: JobConfig) -> None:
     # Late import keeps this module free of the environments' dependencies at import time.
     from training.envs import REGISTRY
 
-    if cfg.env.name not in REGISTRY:
-        raise ConfigError(f"env.name: {cfg.env.name!r} is not one of {sorted(REGISTRY)}")
+    if cfg.env.name not in REGISTRY and not cfg.env.name.startswith("vf:"):
+        raise ConfigError(f"env.name: {cfg.env.name!r} is not one of {sorted(REGISTRY)} "
+                          "nor vf:<env_id> (a verifiers environment)")
 
 
 def _validate_eval(ec: EvalConfig) -> None:
@@ -533,3 +543,14 @@ def dump_toml(cfg: JobConfig) -> str:
             lines.extend(f"{kk} = {_toml_value(vv)}" for kk, vv in v.items())
             lines.append("")
     return "\n".join(lines)
+
+
+def _validate_env(cfg: JobConfig) -> None:
+    vf = cfg.env.name.startswith("vf:")
+    if vf and cfg.sft.enabled and not cfg.sft.dataset:
+        raise ConfigError("sft: a vf: environment has no demonstrations; set sft.dataset (chat SFT) "
+                          "or sft.enabled = false")
+    if cfg.env.packages and not vf:
+        raise ConfigError("env.packages: only vf: environments are installed per run")
+    if cfg.env.check_examples < 0:
+        raise ConfigError("env.check_examples: must be >= 0")

@@ -81,13 +81,18 @@ def rl_run(
         req = LaunchRequest(config, list(overrides), nodes, inference_nodes, nodelist, output)
         click.echo(run_cli(config_path(ctx), req, dry_run, as_json)[0])
         return
+    from opsctl.launch.environments import StagedEnvironment, stage
+
     run, cfg = launcher.prepare(config, list(overrides), output, resume)
+    staged = StagedEnvironment() if resume else stage(cfg, sys.executable)
     if dry_run:
+        staged.discard()
         click.echo(f"# run directory: {run.root}")
         click.echo(dump_toml(cfg))
         return
     if not resume:
         launcher.write_config(run, cfg)
+        staged.commit(run.root)
     step = resume_point(run) if resume else 0
     job = launcher.LocalLauncher(run, cfg)
 

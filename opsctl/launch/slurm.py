@@ -19,6 +19,7 @@ from typing import Any
 
 from opsctl.errors import EXIT_UNKNOWN, ConfigError, OpsctlError, Refused, Unreachable, UsageError
 from opsctl.launch.datasets import check_sft_dataset
+from opsctl.launch.environments import StagedEnvironment, stage
 from opsctl.launch.ledger import Ledger
 from opsctl.launch.plan import refuse_unfit
 from opsctl.launch.quarantine import Quarantine
@@ -346,13 +347,16 @@ def prepare(ctx: LaunchContext, req: LaunchRequest) -> LaunchPlan:
     )
 
 
-def submit(ctx: LaunchContext, plan: LaunchPlan) -> Submitted:
-    """Create the run directory, write config, script and ledger, then sbatch."""
+def submit(ctx: LaunchContext, plan: LaunchPlan, staged: StagedEnvironment | None = None) -> Submitted:
+    """Create the run directory, write config, script and ledger (and move the run's installed
+    environment in), then sbatch."""
     from opsctl.launch.local import write_config
     from training.rundir import RunDir
 
     run = RunDir(plan.run_dir)
     write_config(run, plan.job_config)
+    if staged is not None:
+        staged.commit(plan.run_dir)
     run.logs.mkdir(parents=True, exist_ok=True)
     (plan.run_dir / "job.sbatch").write_text(plan.script)
     ledger = Ledger(
@@ -400,6 +404,7 @@ def run_cli(
         # No Slurm here: say how to run without it.
         raise type(exc)(f"{exc} (no Slurm to submit to; --local runs the job on this machine)",
                         exit_code=exc.exit_code) from None
+    staged = stage(plan.job_config, ctx.settings.python)
     info: dict[str, Any] = {
         "run_id": plan.run_id,
         "run_dir": str(plan.run_dir),
@@ -409,11 +414,12 @@ def run_cli(
         "dry_run": dry_run,
     }
     if dry_run:
+        staged.discard()
         if as_json:
             info.update(script=plan.script, config=plan.config_text)
             return json.dumps(info), info
         return f"{describe(plan)}\n{plan.script}\n# resolved config\n{plan.config_text}", info
-    done = submit(ctx, plan)
+    done = submit(ctx, plan, staged)
     info["job_id"] = done.job_id
     if as_json:
         return json.dumps(info), info

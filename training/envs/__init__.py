@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-from training.envs import arithmetic, long_tail, reverse_text
+from training.envs import arithmetic, long_tail, reverse_text, verifiers_env
 from training.envs.base import Environment, Parser, Rubric, Task, prompt_ids
+from training.envs.verifiers_env import EnvLoadError, VerifiersEnvironment, is_verifiers
 
 REGISTRY: dict[str, Callable[..., Environment]] = {
     "arithmetic": arithmetic.load_environment,
@@ -27,4 +29,16 @@ def load_environment(name: str, **kwargs: Any) -> Environment:
         raise ValueError(f"env.kwargs: {exc}") from None
 
 
-__all__ = ["REGISTRY", "Environment", "Parser", "Rubric", "Task", "load_environment", "prompt_ids"]
+def load_any(name: str, kwargs: dict[str, Any], paths: Sequence[Path] = ()
+             ) -> Environment | VerifiersEnvironment:
+    """A built-in environment by name, or `vf:<env_id>` through verifiers (`paths`: directories
+    searched first for its package, the run's installed environments)."""
+    if is_verifiers(name):
+        return verifiers_env.load(name, kwargs, paths)
+    return load_environment(name, **kwargs)
+
+
+__all__ = [
+    "REGISTRY", "EnvLoadError", "Environment", "Parser", "Rubric", "Task", "VerifiersEnvironment",
+    "load_any", "load_environment", "prompt_ids",
+]

@@ -27,13 +27,14 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from training.common import seed_all, set_threads
 from training.config import JobConfig, load_config
-from training.envs import Environment, load_environment, prompt_ids
+from training.envs import Environment, VerifiersEnvironment, load_any, prompt_ids
+from training.envs.verifiers_env import ENV_DIR
 from training.fsutil import COMMITTED, STABLE, latest_step, publish_dir, step_dirs
 from training.inference.client import CancelHandle, Completion, OpenAICompatClient, ServerError
 from training.metrics import Metrics
@@ -48,12 +49,14 @@ from training.orchestrator.batch import (
     shard,
     to_samples,
 )
-from training.orchestrator.evaluation import EvalResult, eval_environments, evaluate_env
+from training.orchestrator.evaluation import EvalResult, eval_environments, evaluate_env, evaluate_vf
 from training.orchestrator.failover import Replicas, call_with_failover, transient
 from training.orchestrator.scheduler import GroupFilter, RolloutScheduler
+from training.orchestrator.vf_rollouts import VerifiersRollouts, VfOutput, to_group
 from training.rundir import RunDir
 
 log = logging.getLogger("orchestrator")
+T = TypeVar("T")
 
 
 def inference_clients(run: RunDir, cfg: JobConfig, count: int) -> list[OpenAICompatClient]:
@@ -86,7 +89,7 @@ class Orchestrator:
         run: RunDir,
         cfg: JobConfig,
         clients: list[OpenAICompatClient],
-        env: Environment,
+        env: Environment | VerifiersEnvironment,
         tokenizer: Any,
         metrics: Metrics,
         start_step: int = 0,
@@ -95,6 +98,10 @@ class Orchestrator:
         self.tok = tokenizer
         self.metrics = metrics
         self.oc = cfg.orchestrator
+        inf = cfg.inference
+        self.vf = VerifiersRollouts(env, inf.served_model_name, self.oc.group_size, inf.max_tokens,
+                                    inf.temperature, inf.request_timeout_s) \
+            if isinstance(env, VerifiersEnvironment) else None
         self.sampler = TaskSampler(len(env.dataset), cfg.seed)
         self.consumed: list[str] = []
         self.step = start_step
@@ -216,9 +223,13 @@ class Orchestrator:
 
     def request(
         self, server: int, indices: list[int], seed: int, cancel: CancelHandle
-    ) -> list[list[Completion]]:
-        """group_size completions for each task, from one server in one request; `cancel` aborts it
-        (RequestCancelled, never retried)."""
+    ) -> list[list[Completion]] | list[list[VfOutput]]:
+        """group_size completions for each task, from one server in one request (a verifiers
+        environment's rollouts, which it drives itself); `cancel` aborts it (RequestCancelled, never
+        retried)."""
+        if self.vf is not None:
+            vf = self.vf
+            return self.failover(lambda r: vf.run(self.ready(r).base_url, indices, cancel), server)
         prompts = [self._prompt_ids(self.env.dataset[i].prompt) for i in indices]
         inf = self.cfg.inference
 
@@ -231,9 +242,7 @@ class Orchestrator:
         return self.failover(complete, server)
 
     # -- replicas -------------------------------------------------------------------------------
-    def failover(
-        self, complete: Callable[[int], list[list[Completion]]], first: int
-    ) -> list[list[Completion]]:
+    def failover(self, complete: Callable[[int], T], first: int) -> T:
         oc = self.oc
         return call_with_failover(complete, first, self.replicas, oc.request_attempts, oc.request_backoff_s,
                                   oc.replica_wait_s)
@@ -275,13 +284,17 @@ class Orchestrator:
                 log.warning("replica %d did not take policy version %d: %s", replica, version, exc)
                 self.replicas.failed(replica)
 
-    def score(self, index: int, comps: list[Completion], fallback_version: int) -> RolloutGroup:
+    def score(self, index: int, comps: list[Any], fallback_version: int) -> RolloutGroup:
         task = self.env.dataset[index]
+        if self.vf is not None:
+            return to_group(task.id, index, comps, fallback_version, self.oc.normalize_adv_std)
+        env = self.env
+        assert isinstance(env, Environment)
         prompt = self._prompt_ids(task.prompt)
         rollouts = []
         for c in comps:
             text = self.tok.decode(c.tokens, skip_special_tokens=True)
-            reward, parts = self.env.rubric.score(text, task, self.env.parser)
+            reward, parts = env.rubric.score(text, task, env.parser)
             version = c.versions[0] if c.versions else fallback_version
             rollouts.append(Rollout(prompt, c.tokens, c.logprobs, reward, version,
                                     truncated=c.finish_reason == "length", parts=parts))
@@ -323,7 +336,7 @@ class Orchestrator:
 
     # -- batches --------------------------------------------------------------------------------
     def publish(self, step: int, groups: list[RolloutGroup]) -> int:
-        samples = to_samples(groups, self.oc.mask_truncated)
+        samples = to_samples(groups, self.oc.mask_truncated, step, self.oc.max_off_policy_steps)
         micro = pack(samples, self.oc.micro_batch_tokens, self.oc.pack_row_tokens)
         ranks = shard(micro, self.cfg.trainer.world_size)
         loss_tokens = sum(sum(s.loss_mask) for s in samples)  # the loss is normalised over these
@@ -355,6 +368,12 @@ class Orchestrator:
         ec = self.cfg.eval
         results = []
         for env in self.eval_envs:
+            if isinstance(env, VerifiersEnvironment):
+                result = evaluate_vf(env, ec, self._vf_eval_rollouts, tag_step, self.loaded_version)
+                if result is not None:
+                    self._record_eval(result, tag_step)
+                    results.append(result)
+                continue
 
             def generate(indices: list[int], n: int, temperature: float, seed: int, data: Any) -> Any:
                 return self.generate(indices, n, temperature, seed, dataset=data, pool=self.eval_pool)
@@ -363,12 +382,32 @@ class Orchestrator:
                                   self.loaded_version)
             if result is None:
                 continue
-            self.metrics.log(result.record())
-            self.metrics.eval_gauges(result.env, result.accuracy, result.pass_at)
-            log.info("eval of %s at step %d (policy %d): accuracy %.3f", result.env, tag_step,
-                     result.policy_version, result.accuracy)
+            self._record_eval(result, tag_step)
             results.append(result)
         return results
+
+    def _record_eval(self, result: EvalResult, tag_step: int) -> None:
+        self.metrics.log(result.record())
+        self.metrics.eval_gauges(result.env, result.accuracy, result.pass_at)
+        log.info("eval of %s at step %d (policy %d): accuracy %.3f", result.env, tag_step,
+                 result.policy_version, result.accuracy)
+
+    def _vf_eval_rollouts(self, rows: list[dict[str, Any]], n: int, temperature: float
+                          ) -> list[list[VfOutput]]:
+        """`n` rollouts of each held-out row, the rows spread over the servers (with failover)."""
+        vf = self.vf
+        assert vf is not None
+        parts = [list(range(k, len(rows), len(self.clients))) for k in range(len(self.clients))]
+
+        def part_request(k: int, part: list[int]) -> list[list[VfOutput]]:
+            return self.failover(
+                lambda r: vf.run(self.ready(r).base_url, part, rows=rows, n=n, temperature=temperature), k)
+
+        futures = [(p, self.eval_pool.submit(part_request, k, p)) for k, p in enumerate(parts) if p]
+        out: dict[int, list[VfOutput]] = {}
+        for part, fut in futures:
+            out.update(zip(part, fut.result(), strict=True))
+        return [out[i] for i in range(len(rows))]
 
     def _decode(self, tokens: list[int]) -> str:
         return str(self.tok.decode(tokens, skip_special_tokens=True))
@@ -527,7 +566,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = load_config(args.config or run.config)
     set_threads(cfg.orchestrator.threads)
     seed_all(cfg.seed)
-    env = load_environment(cfg.env.name, **cfg.env.kwargs)
+    env = load_any(cfg.env.name, cfg.env.kwargs, [run.root / ENV_DIR])
     tokenizer = load_tokenizer(run.initial_model(cfg))
     clients = inference_clients(run, cfg, args.inference_servers)
     for c in clients:

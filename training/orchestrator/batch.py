@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from training.orchestrator.turns import Turn, merge_turns
+
 
 @dataclass
 class Rollout:
@@ -21,6 +23,10 @@ class Rollout:
     advantage: float = 0.0
     truncated: bool = False  # cut off at max_tokens (finish_reason "length")
     parts: dict[str, float] = field(default_factory=dict)  # the rubric's reward components
+    # A verifiers environment's rollout: its turns (prompt, completion and completion above are the
+    # first turn's, for display) and the error inside the environment that ended it, if any.
+    turns: list[Turn] | None = None
+    error: str | None = None
 
 
 @dataclass
@@ -71,15 +77,21 @@ class Sample:
     advantages: list[float]
 
 
-def to_samples(groups: list[RolloutGroup], mask_truncated: bool = False) -> list[Sample]:
-    """One sample per rollout; the loss covers completion tokens, except, with `mask_truncated`,
-    those of completions cut off at max_tokens (their reward judges an answer never finished).
-    They still count in their group's advantage baseline."""
+def to_samples(groups: list[RolloutGroup], mask_truncated: bool = False, step: int | None = None,
+               max_off_policy_steps: int | None = None) -> list[Sample]:
+    """One sample per rollout (per merged run of turns for a multi-turn one); the loss covers
+    sampled tokens, except, with `mask_truncated`, those of completions cut off at max_tokens (their
+    reward judges an answer never finished), those of a rollout an environment error ended, and a
+    turn more than `max_off_policy_steps` behind `step`. Masked rollouts still count in their group's
+    advantage baseline."""
     out = []
     for g in groups:
         for r in g.rollouts:
+            weight = 0 if (mask_truncated and r.truncated) or r.error else 1
+            if r.turns is not None:
+                out.extend(_turn_samples(r, weight, step, max_off_policy_steps))
+                continue
             n_p, n_c = len(r.prompt), len(r.completion)
-            weight = 0 if mask_truncated and r.truncated else 1
             out.append(
                 Sample(
                     input_ids=r.prompt + r.completion,
@@ -88,6 +100,15 @@ def to_samples(groups: list[RolloutGroup], mask_truncated: bool = False) -> list
                     advantages=[0.0] * n_p + [r.advantage] * n_c,
                 )
             )
+    return out
+
+
+def _turn_samples(r: Rollout, weight: int, step: int | None, max_off_policy_steps: int | None
+                  ) -> list[Sample]:
+    out = []
+    for ts in merge_turns(r.turns or [], step, max_off_policy_steps):
+        mask = [m * weight for m in ts.loss_mask]
+        out.append(Sample(ts.input_ids, mask, ts.logprobs, [r.advantage if m else 0.0 for m in mask]))
     return out
 
 

@@ -13,17 +13,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from training.config import EvalConfig, JobConfig
-from training.envs import Environment, load_environment
+from training.envs import Environment, VerifiersEnvironment, load_environment
 from training.inference.client import Completion
+from training.orchestrator.vf_rollouts import VfOutput
 
 # indices, samples per index, temperature, seed, dataset -> (index, completions) per index
 Generate = Callable[[list[int], int, float, int, Any], list[tuple[int, list[Completion]]]]
+# held-out rows, rollouts per row, temperature -> a verifiers environment's rollouts per row
+VfRollouts = Callable[[list[dict[str, Any]], int, float], list[list[VfOutput]]]
+# A verifiers rollout counts as correct (accuracy, pass@k) at this reward or more.
+VF_CORRECT_REWARD = 1.0
+
+AnyEnv = Environment | VerifiersEnvironment
 
 
-def eval_environments(cfg: JobConfig, train_env: Environment) -> list[Environment]:
+def eval_environments(cfg: JobConfig, train_env: AnyEnv) -> list[AnyEnv]:
     """The environments [eval] names, each loaded once; empty names the training environment."""
     names = cfg.eval.envs or [train_env.name]
-    out = []
+    out: list[AnyEnv] = []
     for name in names:
         try:
             out.append(train_env if name == train_env.name else load_environment(name))
@@ -51,6 +58,7 @@ class EvalResult:
     policy_version: int  # the oldest version any evaluated token came from
     policy_version_max: int
     pass_at: dict[int, float] = field(default_factory=dict)
+    reward_mean: float | None = None  # verifiers environments: the mean reward of every rollout
 
     def record(self) -> dict[str, Any]:
         """The metrics.jsonl line (`event: eval`)."""
@@ -65,6 +73,7 @@ class EvalResult:
             "eval_samples": self.samples,
             "eval_temperature": self.temperature,
             **{f"eval_pass_at_{k}": v for k, v in sorted(self.pass_at.items())},
+            **({} if self.reward_mean is None else {"eval_reward_mean": self.reward_mean}),
         }
 
 
@@ -96,6 +105,25 @@ def evaluate_env(
         policy_version=min(versions, default=loaded_version),
         policy_version_max=max(versions, default=loaded_version),
         pass_at={k: _mean([pass_at_k(n, c, k) for c in per_problem]) for k in ec.pass_k},
+    )
+
+
+def evaluate_vf(env: VerifiersEnvironment, ec: EvalConfig, rollouts: VfRollouts, step: int,
+                loaded_version: int) -> EvalResult | None:
+    """A verifiers environment on its first `ec.size` held-out rows, `ec.samples` rollouts each: a
+    rollout is correct when its reward is at least VF_CORRECT_REWARD; the mean reward is recorded
+    too (partial credit). The policy version is the one loaded when the evaluation began."""
+    rows = env.eval_rows[: ec.size]
+    if not rows:
+        return None
+    n = ec.samples
+    results = rollouts(rows, n, ec.temperature)
+    per_problem = [sum(int(o.reward >= VF_CORRECT_REWARD) for o in outs) for outs in results]
+    return EvalResult(
+        env=env.name, step=step, accuracy=sum(per_problem) / (len(rows) * n), size=len(rows), samples=n,
+        temperature=ec.temperature, policy_version=loaded_version, policy_version_max=loaded_version,
+        pass_at={k: _mean([pass_at_k(n, c, k) for c in per_problem]) for k in ec.pass_k},
+        reward_mean=_mean([o.reward for outs in results for o in outs]),
     )
 
 

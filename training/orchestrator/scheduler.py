@@ -30,15 +30,17 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
-from training.inference.client import CancelHandle, Completion, RequestCancelled
+from training.inference.client import CancelHandle, RequestCancelled
 from training.orchestrator.batch import RolloutGroup, TaskSampler, off_policy_lag
 
-# (server index, task indices, seed, cancel handle) -> completions per task, in task order. Raises
-# RequestCancelled when the scheduler aborted the request through the handle.
-RequestFn = Callable[[int, list[int], int, CancelHandle], list[list[Completion]]]
-# (task index, its completions, policy version at request time) -> scored group.
-ScoreFn = Callable[[int, list[Completion], int], RolloutGroup]
+# (server index, task indices, seed, cancel handle) -> results per task, in task order: completions
+# (training.inference.client.Completion) or a verifiers environment's rollouts (vf_rollouts.VfOutput).
+# Raises RequestCancelled when the scheduler aborted the request through the handle.
+RequestFn = Callable[[int, list[int], int, CancelHandle], list[list[Any]]]
+# (task index, its results, policy version at request time) -> scored group.
+ScoreFn = Callable[[int, list[Any], int], RolloutGroup]
 
 
 @dataclass(frozen=True)
@@ -300,7 +302,7 @@ class RolloutScheduler:
             self._cancel_stale()
             self.cv.notify_all()
 
-    def _score(self, ticket: Ticket, comps: list[list[Completion]]) -> list[RolloutGroup]:
+    def _score(self, ticket: Ticket, comps: list[list[Any]]) -> list[RolloutGroup]:
         return [self.score(i, c, ticket.start_version) for i, c in zip(ticket.tasks, comps, strict=True)]
 
     def _run_batches(self) -> None:

@@ -204,6 +204,10 @@ def test_bad_input_fails_before_anything_is_submitted(launch_env: LaunchEnv) -> 
     assert drained.returncode == 0, drained.stderr
     try:
         cases.append((["--nodelist", "gpu-[002-003]"], "cannot run jobs: gpu-003 (drained"))
+        # A verifiers environment that is not installed, checked in the runtime's interpreter.
+        cases.append(([*VF, "-o", 'env.name="vf:no-such-env"'],
+                      "opsctl: error: env vf:no-such-env: not installed or not importable "
+                      "(No module named 'no_such_env')\n"))
         for i, (args, message) in enumerate(cases):
             before = launch_env.squeue()
             out = launch_env.launch(runs / f"bad{i}", *args)
@@ -214,6 +218,40 @@ def test_bad_input_fails_before_anything_is_submitted(launch_env: LaunchEnv) -> 
             assert not (runs / f"bad{i}").exists()
     finally:
         launch_env.sim.reset()
+
+
+VF_PACKAGE = Path(__file__).resolve().parents[3] / "environments" / "vf_arithmetic"
+VF = ["-o", 'env.name="vf:vf-arithmetic"', "-o", "env.kwargs={}", "-o", "sft.enabled=false"]
+
+
+def test_a_verifiers_environment_package_trains_through_the_slurm_job(launch_env: LaunchEnv, tmp_path: Path
+                                                                       ) -> None:
+    """env.packages installs a local package directory into the run (not the runtime), and the job's
+    orchestrator lets the environment drive its chat rollouts against the job's inference server."""
+    run = launch_env.root / "runs" / "vf"
+    out = launch_env.launch(run, *VF, "-o", f'env.packages=["{VF_PACKAGE}"]', "-o", "trainer.steps=4",
+                            "-o", "orchestrator.mask_truncated=false", "-o", "eval.size=2")
+    assert out.returncode == 0, out.stderr
+    assert (run / "environments" / "vf_arithmetic.py").is_file()
+    watch = launch_env.watch(run, log=tmp_path / "watch.jsonl")
+    try:
+        assert finish(watch, 300) == 0, (tmp_path / "watch.jsonl").read_text()[-2000:]
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if r.get("component") == "orchestrator" and "step" in r and "event" not in r]
+    assert [r["step"] for r in steps] == [0, 1, 2, 3]
+    assert all(r["env"] == "vf:vf-arithmetic" and "reward_mean_vf:vf-arithmetic" in r for r in steps)
+    assert all(r["completion_tokens"] > 0 for r in steps)  # sampled chat tokens reached the trainer
+    assert trainer_steps(run / "metrics.jsonl") == [0, 1, 2, 3]
+    evals = [r for r in records if r.get("event") == "eval"]
+    assert [e["step"] for e in evals] == [0, 4] and all("eval_reward_mean" in e for e in evals)
+    rollouts = [json.loads(line) for line in (run / "rollouts.jsonl").read_text().splitlines()]
+    for r in rollouts:  # the chat template's render, and the environment's own reward
+        asked = re.fullmatch(r"u: (\d)\+(\d)=\na: ", r["prompt"])
+        assert asked, r
+        assert r["reward"] == float(r["completion"].strip() == str(int(asked[1]) + int(asked[2])))
 
 
 def test_dry_run_prints_script_and_config_and_submits_nothing(launch_env: LaunchEnv) -> None:
