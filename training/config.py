@@ -26,6 +26,9 @@ class ModelConfig:
     # build a tiny random model of `arch` in the run directory (tests and the CPU demo).
     path: str = ""
     arch: str = "qwen3"  # tiny model's architecture (HF model_type); only used when `path` is empty
+    # Tiny model's alphabet: "arith" (digits, lowercase, a few operators) or "text" (printable ASCII,
+    # enough for JSON tool calls, with a chat template that renders them in the Hermes form).
+    vocab: str = "arith"
     hidden_size: int = 64  # tiny model: hidden (residual stream) width
     intermediate_size: int = 128  # tiny model: inner width of the dense MLPs
     num_hidden_layers: int = 2  # tiny model: number of transformer layers
@@ -282,6 +285,7 @@ CHOICES = {
     "inference.backend": {"builtin", "vllm"},
     "model.arch": {"qwen3", "glm4_moe", "llama"},
     "model.dtype": {"float32", "bfloat16", "float16"},
+    "model.vocab": {"arith", "text"},
     "trainer.master_dtype": {"float32", "bfloat16"},
     "trainer.compute_dtype": {"auto", "float32", "bfloat16", "float16"},
     "trainer.backend": {"auto", "gloo", "nccl"},

@@ -15,7 +15,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTra
 from transformers.utils import logging as transformers_logging
 
 from training.config import ModelConfig
-from training.tokens import CHARS, SPECIAL, TINY_CHAT_TEMPLATE
+from training.tokens import SPECIAL, TEMPLATES, VOCABS
 from training.varlen import VARLEN, flatten
 
 transformers_logging.disable_progress_bar()
@@ -25,15 +25,16 @@ transformers_logging.set_verbosity_error()
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def build_char_tokenizer() -> PreTrainedTokenizerFast:
-    vocab = {tok: i for i, tok in enumerate(SPECIAL + CHARS)}
+def build_char_tokenizer(vocab_name: str = "arith") -> PreTrainedTokenizerFast:
+    """The tiny models' tokenizer: one token per character of model.vocab's alphabet."""
+    vocab = {tok: i for i, tok in enumerate(SPECIAL + VOCABS[vocab_name])}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tok.decoder = decoders.Fuse()
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>"
     )
-    fast.chat_template = TINY_CHAT_TEMPLATE  # chat datasets (training/chat.py); prompts do not use it
+    fast.chat_template = TEMPLATES[vocab_name]  # chat (training/chat.py); plain prompts do not use it
     return fast
 
 
@@ -70,7 +71,7 @@ def tiny_config(cfg: ModelConfig, vocab_size: int, tokenizer: PreTrainedTokenize
 
 def create_tiny_model(cfg: ModelConfig, out_dir: Path, seed: int) -> Path:
     """A randomly initialised model and its tokenizer saved as a local HF checkpoint."""
-    tokenizer = build_char_tokenizer()
+    tokenizer = build_char_tokenizer(cfg.vocab)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(tiny_config(cfg, len(tokenizer), tokenizer))
     out_dir.mkdir(parents=True, exist_ok=True)

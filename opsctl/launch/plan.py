@@ -102,12 +102,12 @@ class ModelShape:
         m = job.model
         if m.path:
             return cls.from_hf(json.loads((Path(m.path) / "config.json").read_text()))
-        from training.tokens import TINY_VOCAB
+        from training.tokens import vocab_size
 
         moe = m.arch == "glm4_moe"
         dense = min(1, m.num_hidden_layers) if moe else m.num_hidden_layers
         return cls(
-            model_type=m.arch, vocab=TINY_VOCAB, hidden=m.hidden_size, layers=m.num_hidden_layers,
+            model_type=m.arch, vocab=vocab_size(m.vocab), hidden=m.hidden_size, layers=m.num_hidden_layers,
             heads=m.num_attention_heads, kv_heads=m.num_key_value_heads, head_dim=m.head_dim,
             intermediate=m.intermediate_size, dense_layers=dense,
             experts=m.n_routed_experts if moe else 0, top_k=m.num_experts_per_tok if moe else 0,

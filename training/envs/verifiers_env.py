@@ -175,12 +175,15 @@ def check_scoring(env: VerifiersEnvironment, examples: int) -> None:
 
 async def _score_rows(env: VerifiersEnvironment, rows: list[dict[str, Any]]) -> None:
     vf = _import_verifiers()
+    from verifiers.utils.message_utils import normalize_messages
+
     # Nothing is sent: the client is only resolved, and no request is made while scoring.
     client = vf.ClientConfig(api_base_url="http://127.0.0.1:9/v1", api_key_var="OPSCTL_VF_CHECK_KEY",
                              max_retries=0)
     states = []
     for row in rows:
         state = await env.vf_env.init_state(row, client, "policy", {})
-        state["completion"] = [{"role": "assistant", "content": str(row.get("answer", ""))}]
+        answer = [{"role": "assistant", "content": str(row.get("answer", ""))}]
+        state["completion"] = normalize_messages(answer, field_name="completion")
         states.append(state)
     await env.vf_env.rubric.score_group(states)

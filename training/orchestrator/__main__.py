@@ -52,7 +52,7 @@ from training.orchestrator.batch import (
 from training.orchestrator.evaluation import EvalResult, eval_environments, evaluate_env, evaluate_vf
 from training.orchestrator.failover import Replicas, call_with_failover, transient
 from training.orchestrator.scheduler import GroupFilter, RolloutScheduler
-from training.orchestrator.vf_rollouts import VerifiersRollouts, VfOutput, to_group
+from training.orchestrator.vf_rollouts import VerifiersRollouts, VfOutput, env_metrics, to_group
 from training.rundir import RunDir
 
 log = logging.getLogger("orchestrator")
@@ -525,6 +525,8 @@ class Orchestrator:
                 "policy_version": self.loaded_version,
                 "weight_update_time": self.last_update_s,
             }
+            if self.vf is not None:
+                rec.update(env_metrics(self.env.name, groups, self.vf.reward_errors))
             self.metrics.log(rec)
             self.record_samples(groups)
             t_prev, idle_prev = now, idle

@@ -131,3 +131,21 @@ def test_shipped_dataset_batches_are_dealt_whole_and_deterministic(tok) -> None:
     assert len(dealt[0][0]) == len(dealt[1][0])  # equal micro-batch counts: no rank waits forever
     assert dealt[0][1] == dealt[1][1] == sum(sum(s.loss_mask) for s in batch)
     assert sum(int(mb["loss_mask"].sum()) for mbs, _ in dealt for mb in mbs) == dealt[0][1]
+
+
+def test_the_text_vocabulary_renders_a_tool_call_as_the_server_parses_and_serialises_it() -> None:
+    from training.inference.chat_api import parse_hermes
+    from training.tokens import CHARS, TEXT_CHARS
+
+    text = build_char_tokenizer("text")
+    assert TEXT_CHARS[: len(CHARS)] == CHARS  # an "arith" token keeps its id
+    sampled = '<tool_call>{"name": "add", "arguments": {"a": 17, "b": 6}}</tool_call>\n'
+    (call,) = parse_hermes(sampled, [{"type": "function", "function": {"name": "add"}}]) or []
+    question = [{"role": "user", "content": "17+6=?"}]
+    prompt = text.apply_chat_template(question, tokenize=False, add_generation_prompt=True)
+    after = [*question, {"role": "assistant", "content": None, "tool_calls": [call.openai()]},
+             {"role": "tool", "content": "23"}]
+    again = text.apply_chat_template(after, tokenize=False, add_generation_prompt=True)
+    # The next turn's prompt extends the first prompt and exactly what the model sampled.
+    assert again == prompt + sampled + "<eos>t: 23\na: "
+    assert "<unk>" not in text.decode(text.encode(again))
