@@ -29,7 +29,8 @@ def build_char_tokenizer(vocab_name: str = "arith") -> PreTrainedTokenizerFast:
     """The tiny models' tokenizer: one token per character of model.vocab's alphabet."""
     vocab = {tok: i for i, tok in enumerate(SPECIAL + VOCABS[vocab_name])}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    # every character its own piece, newlines included ("." alone would leave "\n\n" one unknown piece)
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     tok.decoder = decoders.Fuse()
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>"

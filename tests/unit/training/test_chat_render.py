@@ -148,4 +148,4 @@ def test_the_text_vocabulary_renders_a_tool_call_as_the_server_parses_and_serial
     again = text.apply_chat_template(after, tokenize=False, add_generation_prompt=True)
     # The next turn's prompt extends the first prompt and exactly what the model sampled.
     assert again == prompt + sampled + "<eos>t: 23\na: "
-    assert "<unk>" not in text.decode(text.encode(again))
+    assert "<unk>" not in text.decode(text.encode(again + "a system prompt's blank line:\n\n"))
