@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import secrets
 import shutil
 import socket
@@ -49,14 +50,39 @@ def default_state_dir() -> Path:
     return Path(os.environ.get("OPSCTL_SIM_DIR") or Path.cwd() / ".sim")
 
 
-def free_ports(count: int) -> list[int]:
-    """`count` distinct free TCP ports (held open together while choosing, so no duplicates)."""
-    sockets = []
+# Daemons of the sim listen on ports chosen below the kernel's ephemeral range: a port the kernel
+# handed out (bind to port 0) is free only until any process's next outgoing connection takes it as
+# its local port, which under a busy parallel test run happened between the choice and the daemon's
+# bind (a sim's exporter then exited with "Address already in use").
+LOWEST_PORT = 10000
+
+
+def ephemeral_low(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> int:
     try:
-        for _ in range(count):
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free TCP ports below the ephemeral range, chosen at random and held open
+    together while choosing (so no duplicates, and none in use now)."""
+    top = ephemeral_low()
+    rng = random.SystemRandom()
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(200 * count):
+            if len(sockets) == count:
+                break
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("0.0.0.0", 0))
+            try:
+                s.bind(("0.0.0.0", rng.randrange(LOWEST_PORT, top)))
+            except OSError:
+                s.close()
+                continue
             sockets.append(s)
+        if len(sockets) < count:
+            raise SimError(f"found only {len(sockets)} of {count} free ports in {LOWEST_PORT}-{top - 1}")
         return [s.getsockname()[1] for s in sockets]
     finally:
         for s in sockets:
@@ -367,7 +393,7 @@ class SimCluster:
         def poll() -> bool:
             for name in watch:
                 if not self.procs.alive(name):
-                    raise SimError(f"{name} exited: {self._log_tail(name)}")
+                    raise SimError(f"{name} exited: {self.log_tail(name)}")
             last["states"] = self.sinfo_states()
             return bool(last["states"]) and bool(predicate(last["states"]))
 
@@ -383,18 +409,18 @@ class SimCluster:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if not self.procs.alive("slurmctld"):
-                raise SimError(f"slurmctld exited: {self._log_tail('slurmctld')}")
+                raise SimError(f"slurmctld exited: {self.log_tail('slurmctld')}")
             if self.sinfo_states() or self._ctld_answers():
                 return
             time.sleep(0.3)
-        raise SimError(f"slurmctld did not answer within 60s: {self._log_tail('slurmctld')}")
+        raise SimError(f"slurmctld did not answer within 60s: {self.log_tail('slurmctld')}")
 
     def _ctld_answers(self) -> bool:
         out = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, env=self.env,
                              timeout=30, check=False)
         return "is UP" in out.stdout
 
-    def _log_tail(self, name: str) -> str:
+    def log_tail(self, name: str) -> str:
         """The last lines a daemon wrote (its stdout/stderr log, then Slurm's own log file)."""
         if name.startswith("slurmd-"):
             daemon_log = name.replace("slurmd-", "slurmd-daemon-", 1)
@@ -450,7 +476,7 @@ class SimCluster:
         deadline = time.monotonic() + 30
         while not self.munge_socket.exists():
             if not self.procs.alive("munged"):
-                raise SimError(f"munged exited: {self._log_tail('munged')}")
+                raise SimError(f"munged exited: {self.log_tail('munged')}")
             if time.monotonic() > deadline:
                 raise SimError("munged did not create its socket within 30s")
             time.sleep(0.1)

@@ -418,7 +418,7 @@ class MonitoringAddon:
         deadline = time.monotonic() + 60
         while not ports_file.exists():
             if not sim.procs.alive(EXPORTER_PROC):
-                raise SimError(f"the hardware exporter exited; see {sim.state_dir / 'log'}")
+                raise SimError(f"the hardware exporter exited: {sim.log_tail(EXPORTER_PROC)}")
             if time.monotonic() > deadline:
                 raise SimError("the hardware exporter did not listen within 60s")
             time.sleep(0.1)
@@ -457,7 +457,7 @@ class MonitoringAddon:
         health: dict[tuple[str, str], str] = {}
         while time.monotonic() < deadline:
             if not sim.procs.alive(PROMETHEUS_PROC):
-                raise SimError(f"prometheus exited; see {sim.state_dir / 'log' / 'prometheus.log'}")
+                raise SimError(f"prometheus exited: {sim.log_tail(PROMETHEUS_PROC)}")
             try:
                 health = targets_health(url)
             except (OSError, ValueError, KeyError):
