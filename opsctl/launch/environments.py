@@ -91,9 +91,13 @@ def check(python: str, name: str, kwargs: dict[str, Any], paths: list[Path], exa
     argv = [python, "-m", "training.envs.check", "--name", name, "--kwargs", json.dumps(kwargs),
             "--examples", str(examples), *(a for p in paths for a in ("--path", str(p)))]
     proc = _run(argv, CHECK_TIMEOUT_S, f"checking env {name}")
-    if proc.returncode != 0:
-        raise ConfigError(_last_line(proc.stderr))
-    return _last_line(proc.stdout)
+    verdict = _last_line(proc.stdout)
+    if proc.returncode == 0:
+        return verdict
+    if verdict.startswith("error: "):
+        raise ConfigError(verdict.removeprefix("error: "))
+    # the check itself failed (the runtime lacks the training package, say): its last word
+    raise ConfigError(f"checking env {name} in {python} failed: {_last_line(proc.stderr)}")
 
 
 def stage(cfg: Any, python: str) -> StagedEnvironment:

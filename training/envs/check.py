@@ -4,13 +4,15 @@ creates or submits anything.
 
     python -m training.envs.check --name vf:ID [--kwargs JSON] [--path DIR]... [--examples N]
 
-Exit 0 with one summary line; exit 2 with one line naming the environment and what is wrong.
+Exit 0 with one summary line on stdout; exit 2 with one line on stdout, "error: " then what is
+wrong, naming the environment (stderr may hold an environment's own noise).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -31,13 +33,13 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(kwargs, dict):
             raise ValueError("not a JSON object")
     except ValueError as exc:
-        print(f"env.kwargs: {exc}", file=sys.stderr)
+        print(f"error: env.kwargs: {exc}")
         return EXIT_BAD_ENV
     try:
         env = load(args.name, kwargs, [Path(p) for p in args.path])
         check_scoring(env, args.examples)
     except EnvLoadError as exc:
-        print(str(exc), file=sys.stderr)
+        print(f"error: {exc}")
         return EXIT_BAD_ENV
     print(f"env {env.name}: {len(env.rows)} training rows, {len(env.eval_rows)} held-out, "
           f"{min(args.examples, len(env.rows))} reference answers scored")
@@ -45,4 +47,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    # Skip exit handlers: a half-built environment's teardown (verifiers registers one) may raise or
+    # reach for a network after the verdict is out.
+    os._exit(code)

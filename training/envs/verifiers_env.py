@@ -97,7 +97,7 @@ def load(name: str, kwargs: dict[str, Any], paths: Sequence[Path] = ()) -> Verif
         raise EnvLoadError(f"env.name {name!r}: give the environment's id after {PREFIX!r}")
     add_import_path(paths)
     vf = _import_verifiers()
-    logging.getLogger("verifiers").setLevel(logging.WARNING)
+    logging.getLogger("verifiers").setLevel(logging.WARNING)  # reward-function errors are counted
     try:
         vf_env = vf.load_environment(env_id, **kwargs)
     except ValueError as exc:  # verifiers: the module could not be imported
@@ -106,6 +106,7 @@ def load(name: str, kwargs: dict[str, Any], paths: Sequence[Path] = ()) -> Verif
         raise EnvLoadError(f"env {name}: not installed or not importable ({why})") from None
     except Exception as exc:
         raise EnvLoadError(f"env {name}: {_why_load_failed(exc)}") from None
+    _refuse_remote_sandbox(name, vf_env)
     try:
         rows = _rows(vf_env.get_dataset(), env_id)
         eval_rows = _rows(vf_env.get_eval_dataset(), env_id) if vf_env.eval_dataset is not None else []
@@ -119,9 +120,35 @@ def load(name: str, kwargs: dict[str, Any], paths: Sequence[Path] = ()) -> Verif
                                 _tasks(eval_rows, env_id))
 
 
+REMOTE_SANDBOX = ("a verifiers SandboxEnv or PythonEnv, which runs code in Prime's remote sandbox "
+                  "service; run model code with training.sandbox in the reward instead")
+
+
+def _refuse_remote_sandbox(name: str, vf_env: Any) -> None:
+    """verifiers' SandboxEnv (and PythonEnv, built on it) runs code in Prime's hosted sandbox
+    service, which an offline cluster cannot reach: every rollout would end in a sandbox error."""
+    if any(cls.__name__ == "SandboxEnv" and cls.__module__.startswith("verifiers.")
+           for cls in type(vf_env).__mro__):
+        raise EnvLoadError(f"env {name}: {type(vf_env).__name__} is {REMOTE_SANDBOX}")
+
+
+def _raised_in_remote_sandbox(exc: BaseException) -> bool:
+    """Whether building the environment failed inside verifiers' SandboxEnv (0.3.1's PythonEnv
+    cannot even be built against the prime_sandboxes it installs)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename
+        if "verifiers" in path and path.endswith(("sandbox_env.py", "python_env.py")):
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def _why_load_failed(exc: BaseException) -> str:
     """verifiers wraps what went wrong in a RuntimeError; say what it was."""
     cause = exc.__cause__ or exc
+    if _raised_in_remote_sandbox(cause):
+        return f"it is {REMOTE_SANDBOX}"
     if isinstance(cause, AttributeError) and "load_environment" in str(cause):
         return "its module has no load_environment()"
     if isinstance(cause, TypeError):

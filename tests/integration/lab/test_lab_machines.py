@@ -167,6 +167,19 @@ def test_a_slurm_job_runs_the_training_runtime_from_the_share(lab: RunningLab, c
     assert installed[torch] == pins[torch] == "2.13.0+cpu"
 
 
+SANDBOX_JOB = ("from training.sandbox import Sandbox; r = Sandbox(slots=1).run('print(6 * 7)'); "
+               "print(r.exit_code, r.stdout.strip(), r.stderr.strip()[-300:])")
+
+
+def test_model_code_runs_in_the_sandbox_on_a_gpu_machine(lab: RunningLab, converged: Converged) -> None:
+    """The training_runtime role installs bubblewrap on every GPU machine: a job there runs code in
+    the runtime's sandbox (training/sandbox.py), as a code environment's reward does."""
+    python = f"{RUNTIME}/current/bin/python"
+    job = lab.ssh("head-01", "srun", "-N1", "-w", "gpu-003", python, "-c", SANDBOX_JOB, timeout=120)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert job.stdout.split()[:2] == ["0", "42"], job.stdout
+
+
 TINY_RUN = [*TINY_JOB, "trainer.steps=4"]
 
 

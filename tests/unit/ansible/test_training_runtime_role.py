@@ -133,4 +133,6 @@ def test_storage_yml_builds_the_runtime_after_the_share_is_mounted() -> None:
     hosts = [p["hosts"] for p in plays]
     assert hosts.index("training_runtime") > hosts.index("nfs_clients")
     main = yaml.safe_load((REPO / "roles" / "training_runtime" / "tasks" / "main.yml").read_text())
-    assert [t.get("run_once") for t in main] == [None, True]
+    # settings and the nodes' own packages everywhere; the runtime once, for all of them
+    assert [t.get("run_once") for t in main] == [None, None, True]
+    assert main[1]["ansible.builtin.apt"]["name"] == "{{ training_runtime_node_packages }}"

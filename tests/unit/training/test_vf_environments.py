@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import http.server
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,10 +41,19 @@ def load_environment():
 '''
 
 
+REMOTE_SANDBOX = '''
+import verifiers as vf
+from datasets import Dataset
+
+def load_environment():
+    rows = [{"prompt": [{"role": "user", "content": "print 1"}], "answer": "1"}]
+    return vf.PythonEnv(dataset=Dataset.from_list(rows))
+'''
+
+
 def check(capsys: Capture, name: str, *args: str) -> tuple[int, str]:
     code = check_main(["--name", name, *args])
-    out = capsys.readouterr()
-    return code, (out.err or out.out).strip()
+    return code, capsys.readouterr().out.strip()
 
 
 def test_the_shipped_package_loads_and_its_reference_answers_score(capsys: Capture) -> None:
@@ -75,7 +86,19 @@ def test_a_malformed_environment_is_one_line_and_exit_2(
     if module is not None:
         (tmp_path / f"{name[3:].replace('-', '_')}.py").write_text(module)
     code, line = check(capsys, name, "--kwargs", kwargs, "--path", str(tmp_path), "--path", str(PACKAGE))
-    assert (code, line) == (2, expected)
+    assert (code, line) == (2, f"error: {expected}")
+
+
+def test_a_remote_sandbox_environment_is_refused_in_one_line(tmp_path: Path) -> None:
+    """As `opsctl launch` runs the check: a process of its own, whose exit handlers (a half-built
+    PythonEnv registers one that raises) cannot blur the verdict."""
+    (tmp_path / "remote_code.py").write_text(REMOTE_SANDBOX)
+    done = subprocess.run([sys.executable, "-m", "training.envs.check", "--name", "vf:remote-code",
+                           "--path", str(tmp_path)], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2
+    assert done.stdout.splitlines() == [
+        "error: env vf:remote-code: it is a verifiers SandboxEnv or PythonEnv, which runs code in Prime's "
+        "remote sandbox service; run model code with training.sandbox in the reward instead"]
 
 
 def test_the_check_can_be_skipped_but_loading_cannot(capsys: Capture, tmp_path: Path) -> None:
