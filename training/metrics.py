@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import time
 from pathlib import Path
@@ -46,6 +47,16 @@ class CheckpointCollector:
         yield fam
 
 
+_NOT_IN_NAME = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def metric_name(key: str) -> str:
+    """A metrics.jsonl key as a Prometheus metric name: "reward_mean_vf:vf-arithmetic" ->
+    "reward_mean_vf_vf_arithmetic". prometheus_client would serve the key itself in the quoted
+    UTF-8 form, which Prometheus 2 (Debian 12's) cannot parse: the whole target would fail."""
+    return _NOT_IN_NAME.sub("_", key)
+
+
 class Metrics:
     """Per-process sink. Lines are appended with one write() on an O_APPEND fd, so the processes
     of a run can share one metrics.jsonl without interleaving lines."""
@@ -82,7 +93,7 @@ class Metrics:
         g = self._gauges.get(name)
         if g is None:
             g = self._gauges[name] = Gauge(
-                f"opsctl_train_{name}",
+                f"opsctl_train_{metric_name(name)}",
                 doc or GAUGE_HELP.get(name, name),
                 ["component"],
                 registry=self.registry,
@@ -93,7 +104,7 @@ class Metrics:
         c = self._counters.get(name)
         if c is None:
             c = self._counters[name] = Counter(
-                f"opsctl_train_{name}", doc or name, ["component"], registry=self.registry
+                f"opsctl_train_{metric_name(name)}", doc or name, ["component"], registry=self.registry
             )
         c.labels(self.component).inc(inc)
 

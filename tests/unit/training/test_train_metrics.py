@@ -76,3 +76,27 @@ def test_metrics_bound_to_every_address_announce_the_hostname_and_answer_on_it(t
         assert 'opsctl_train_step{component="trainer"} 7.0' in body
     finally:
         m.close()
+
+
+def test_an_environment_name_that_is_no_metric_name_is_served_in_the_classic_form(tmp_path: Path) -> None:
+    """verifiers environments are named "vf:<id>": their keys keep the name in metrics.jsonl, and
+    their gauges carry it with every character a metric name may not hold as "_"."""
+    import shutil
+    import subprocess
+
+    run = RunDir(tmp_path)
+    m = Metrics(run, "orchestrator", port=0)
+    try:
+        m.log({"step": 0, "reward_mean_vf:vf-arithmetic": 0.25, "turns_mean_vf:vf-arithmetic": 2.0})
+        assert read_metrics(run.metrics)[0]["reward_mean_vf:vf-arithmetic"] == 0.25
+        url = json.loads((run.peers / "metrics-orchestrator.json").read_text())["url"]
+        body = urllib.request.urlopen(url, timeout=10).read().decode()
+        assert 'opsctl_train_reward_mean_vf_vf_arithmetic{component="orchestrator"} 0.25' in body
+        assert 'opsctl_train_turns_mean_vf_vf_arithmetic{component="orchestrator"} 2.0' in body
+        assert '{"' not in body  # no quoted (UTF-8) metric names
+        if shutil.which("promtool"):  # Prometheus's own parser, as the scrape reads it
+            done = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True,
+                                  text=True, timeout=30, check=False)
+            assert "error while linting" not in done.stdout + done.stderr, done.stdout + done.stderr
+    finally:
+        m.close()
