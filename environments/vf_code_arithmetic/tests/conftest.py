@@ -1,0 +1,6 @@
+"""The package's tests import it from its source directory (installed or not)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
