@@ -79,11 +79,21 @@ def _run(argv: list[str], timeout: float, what: str) -> subprocess.CompletedProc
 
 
 def install(python: str, packages: list[Path], target: Path) -> None:
-    argv = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-index",
-            "--no-deps", "--no-build-isolation", "--target", str(target), *map(str, packages)]
-    proc = _run(argv, INSTALL_TIMEOUT_S, "installing env.packages")
+    """pip builds a directory in place (setuptools writes its egg-info there): each is built from a
+    copy, so a package directory may be read-only and is never written."""
+    with tempfile.TemporaryDirectory(prefix="opsctl-env-src-") as src:
+        sources = [p if p.is_file() else _copy(p, Path(src)) for p in packages]
+        argv = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-index",
+                "--no-deps", "--no-build-isolation", "--target", str(target), *map(str, sources)]
+        proc = _run(argv, INSTALL_TIMEOUT_S, "installing env.packages")
     if proc.returncode != 0:
         raise ConfigError(f"env.packages: pip could not install them: {_last_line(proc.stderr)}")
+
+
+def _copy(package: Path, into: Path) -> Path:
+    dest = into / f"{len(list(into.iterdir()))}-{package.name}"
+    shutil.copytree(package, dest, ignore=shutil.ignore_patterns("*.egg-info", "build", "__pycache__"))
+    return dest
 
 
 def check(python: str, name: str, kwargs: dict[str, Any], paths: list[Path], examples: int) -> str:
