@@ -62,6 +62,9 @@ class Snapshot:
     # the last SPARK_POINTS steps' reward (orchestrator) and tokens/s (trainer), oldest first
     reward_history: list[float] = field(default_factory=list)
     tokens_history: list[float] = field(default_factory=list)
+    # a verifiers environment's last step: turns per rollout, environment errors, reward functions
+    # that raised so far (ENV_SHAPE); empty for a built-in environment
+    environment: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,9 +99,23 @@ def _reward(rec: dict[str, Any]) -> Any:
     return next((v for k, v in rec.items() if k.startswith("reward_mean_")), None)
 
 
+# A verifiers environment's step record (training/orchestrator/vf_rollouts.py: env_metrics):
+# metrics.jsonl key prefix -> the name the watch shows it under.
+ENV_SHAPE = {
+    "turns_mean_": "turns", "env_errors_": "env_errors", "reward_fn_errors_total_": "reward_fn_errors",
+}
+
+
+def _env_shape(rec: dict[str, Any]) -> dict[str, float]:
+    return {name: float(v) for prefix, name in ENV_SHAPE.items()
+            for k, v in rec.items() if k.startswith(prefix) and isinstance(v, int | float)}
+
+
 def metrics_summary(path: Path) -> dict[str, Any]:
-    """Latest trainer step, tokens/s, reward and off-policy lag from metrics.jsonl."""
-    out: dict[str, Any] = {"step": None, "reward": None, "tokens_per_s": None, "off_policy_lag": None}
+    """Latest trainer step, tokens/s, reward and off-policy lag from metrics.jsonl, and a verifiers
+    environment's turns and errors (`environment`, empty for a built-in environment)."""
+    out: dict[str, Any] = {"step": None, "reward": None, "tokens_per_s": None, "off_policy_lag": None,
+                           "environment": {}}
     for rec in metrics_records(path):
         comp = rec.get("component")
         if comp == "trainer" and "step" in rec:
@@ -107,6 +124,7 @@ def metrics_summary(path: Path) -> dict[str, Any]:
         elif comp == "orchestrator" and "off_policy_lag_max" in rec:
             out["off_policy_lag"] = rec.get("off_policy_lag_max")
             out["reward"] = _reward(rec)
+            out["environment"] = _env_shape(rec)
     return out
 
 
@@ -317,6 +335,7 @@ class Watcher:
             reward=metrics["reward"],
             tokens_per_s=metrics["tokens_per_s"],
             off_policy_lag=metrics["off_policy_lag"],
+            environment=metrics["environment"],
             last_checkpoint=ckpts[-1] if ckpts else None,
             nodes=views,
             final_state=self.ledger.final_state,

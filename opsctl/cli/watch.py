@@ -27,6 +27,7 @@ def _table(snap: Any) -> Any:
         f"run {snap.run_id}  job {snap.job_id} {snap.job_state}  attempt {snap.attempt}  "
         f"step {fmt(snap.step)}  reward {fmt(snap.reward, '.3f')}  tokens/s {fmt(snap.tokens_per_s, '.0f')}  "
         f"off-policy lag {fmt(snap.off_policy_lag)}  checkpoint {fmt(snap.last_checkpoint)}"
+        + "".join(f"  {name.replace('_', ' ')} {value:g}" for name, value in snap.environment.items())
     )
     attempts = Table(title="attempts", title_justify="left")
     for col in ("attempt", "job", "state", "nodes", "resumed at", "failed nodes"):

@@ -26,9 +26,14 @@ def test_metrics_summary_reads_latest_values_and_skips_torn_lines(tmp_path: Path
         {"component": "orchestrator", "event": "eval", "step": 1, "eval_accuracy": 0.5},
     ]
     path.write_text("\n".join(json.dumps(x) for x in lines) + '\n{"component": "trai')
-    assert metrics_summary(path) == {"step": 1, "reward": 0.25, "tokens_per_s": 12.5, "off_policy_lag": 1}
+    assert metrics_summary(path) == {"step": 1, "reward": 0.25, "tokens_per_s": 12.5, "off_policy_lag": 1,
+                                     "environment": {}}
     assert trainer_steps(path) == [0, 1]
     assert metrics_summary(tmp_path / "absent")["step"] is None
+    vf = {"component": "orchestrator", "step": 2, "reward_mean_vf:tools": 0.5, "off_policy_lag_max": 0,
+          "turns_mean_vf:tools": 2.25, "env_errors_vf:tools": 1.0, "reward_fn_errors_total_vf:tools": 0.0}
+    path.write_text(json.dumps(vf) + "\n")
+    assert metrics_summary(path)["environment"] == {"turns": 2.25, "env_errors": 1.0, "reward_fn_errors": 0.0}
 
 
 def test_reward_curve_bins_training_reward_and_keeps_every_eval(tmp_path: Path) -> None:

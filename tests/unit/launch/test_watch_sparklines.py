@@ -45,6 +45,10 @@ def test_history_and_live_view_from_the_jobs_metrics(tmp_path: Path) -> None:
     assert line.endswith(f"{sparkline(tokens)} 1000") and sparkline(rewards).endswith("█")
     out = io.StringIO()
     Console(file=out, width=200).print(_table(snap))
-    assert line in out.getvalue()
+    assert line in out.getvalue() and "turns" not in out.getvalue()
+    snap.environment = {"turns": 2.25, "env_errors": 1.0, "reward_fn_errors": 0.0}
+    out = io.StringIO()
+    Console(file=out, width=220).print(_table(snap))
+    assert "checkpoint -  turns 2.25  env errors 1  reward fn errors 0" in out.getvalue()
     assert metric_history(tmp_path / "absent") == ([], [])
     assert sparklines(Snapshot(0.0, "r", 1, "PENDING", 1, [], None, None, None, None, None, [])) == ""
