@@ -437,6 +437,7 @@ class Orchestrator:
                 "completion": self.tok.decode(r.completion, skip_special_tokens=True),
                 "reward": r.reward, "parts": r.parts, "advantage": r.advantage, "policy_version": r.version,
                 "off_policy_lag": self.step - r.version, "truncated": r.truncated,
+                **({"error": r.error} if r.error else {}),
             }, sort_keys=True))
         if lines:
             with self.run.rollout_samples.open("a") as fh:

@@ -22,6 +22,7 @@ was loaded when the request was sent: the oldest it can be, so the off-policy bo
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from training.inference.client import CancelHandle, RequestCancelled, ServerErro
 from training.orchestrator.batch import Rollout, RolloutGroup, group_advantages
 from training.orchestrator.turns import merge_turns, turns_from_trajectory
 
+log = logging.getLogger("orchestrator")
 API_KEY_VAR = "OPSCTL_INFERENCE_API_KEY"  # verifiers reads the key from a variable; ours ignore it
 POLL_S = 0.05
 _STATUS = re.compile(r"Error code: (\d{3})")
@@ -112,7 +114,12 @@ class VerifiersRollouts:
                 failure = server_failure(raw.get("error"))
                 if failure is not None:
                     raise failure
-        return [[_output(r) for r in group] for group in raws]
+        outputs = [[_output(r) for r in group] for group in raws]
+        errors = [o.error for group in outputs for o in group if o.error]
+        if errors:  # e.g. EmptyModelResponseError: the model's first token ended its turn
+            log.warning("%d of %d rollouts ended in an environment error (first: %s); they are not trained",
+                        len(errors), sum(len(g) for g in outputs), errors[0])
+        return outputs
 
     async def _groups(self, base_url: str, rows: list[dict[str, Any]], n: int, args: dict[str, Any],
                       cancel: CancelHandle | None) -> list[list[dict[str, Any]]]:
