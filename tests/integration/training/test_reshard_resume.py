@@ -23,9 +23,10 @@ from safetensors.torch import load_file
 from training.config import dump_toml, load_config
 from training.fsutil import COMMITTED, STABLE, publish_dir
 from training.metrics import read_metrics
-from training.model import CHARS, SPECIAL, create_tiny_model, load_model, token_logprobs
+from training.model import create_tiny_model, load_model, token_logprobs
 from training.orchestrator.batch import Sample, collate
 from training.rundir import RunDir, free_port
+from training.tokens import CHARS, SPECIAL
 from training.weights import iter_checkpoint_tensors, load_trainer_state, weight_files
 
 pytestmark = pytest.mark.integration
