@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from training.envs.verifiers_env import VerifiersEnvironment, capture_reward_errors, release_reward_errors
+from training.envs.verifiers_env import VerifiersEnvironment, capture_reward_errors
 from training.inference.client import CancelHandle, RequestCancelled, ServerError
 from training.orchestrator.batch import Rollout, RolloutGroup, group_advantages
 from training.orchestrator.turns import merge_turns, turns_from_trajectory
@@ -93,7 +93,14 @@ class VerifiersRollouts:
                  temperature: float, request_timeout_s: float) -> None:
         self.env, self.model, self.group_size = env, model, group_size
         self.max_tokens, self.temperature, self.timeout = max_tokens, temperature, request_timeout_s
-        self.reward_errors = 0  # reward functions that raised (verifiers scores them 0)
+        # One handler for every request thread: a handler per request would also count the errors
+        # of the requests running beside it.
+        self._reward_log = capture_reward_errors()
+
+    @property
+    def reward_errors(self) -> int:
+        """Reward functions that raised so far (verifiers logs them and scores 0)."""
+        return len(self._reward_log.messages)
 
     def run(self, base_url: str, indices: Sequence[int], cancel: CancelHandle | None = None,
             rows: Sequence[dict[str, Any]] | None = None, n: int | None = None,
@@ -102,13 +109,8 @@ class VerifiersRollouts:
         not answer and RequestCancelled when `cancel` fired."""
         data = rows if rows is not None else self.env.rows
         args = sampling_args(self.max_tokens, self.temperature if temperature is None else temperature)
-        handler = capture_reward_errors()
-        try:
-            raws = asyncio.run(self._groups(base_url, [data[i] for i in indices], n or self.group_size,
-                                            args, cancel))
-        finally:
-            release_reward_errors(handler)
-            self.reward_errors += len(handler.messages)
+        raws = asyncio.run(self._groups(base_url, [data[i] for i in indices], n or self.group_size,
+                                        args, cancel))
         for group in raws:
             for raw in group:
                 failure = server_failure(raw.get("error"))
