@@ -3,8 +3,9 @@ Python program, and the reward is 1 when that program, run in the job's sandbox
 (training/sandbox.py: bubblewrap, no network, read-only root, rlimits), prints the product.
 
 The numbers are too long to multiply in one's head, so the way to the reward is code, not recall.
-Data is generated from a seed; `demonstrations()` gives chat conversations of a correct program
-(`print(a*b)`) for supervised fine-tuning. Select with `env.name = "vf:vf-code-arithmetic"`.
+Data is generated from a seed; `demonstrations()` gives chat conversations answering with a program
+(`print(a*b)`, or a noisy mix of operators) for supervised fine-tuning. Select with
+`env.name = "vf:vf-code-arithmetic"`.
 
 A sandbox that cannot start raises (training.sandbox.SandboxUnavailable): verifiers then logs the
 reward function's error, the job counts it (reward_fn_errors_total_<env>) and `opsctl launch`'s
@@ -39,7 +40,10 @@ def sandbox() -> Any:
 
 
 def program(completion: Any) -> str:
-    """The code of the last assistant message: a fenced block if there is one, else the text."""
+    """The code of the last assistant message: a fenced block if there is one, else the text (none
+    when the model ended its turn at once: verifiers still scores that rollout)."""
+    if not completion:
+        return ""
     last = completion[-1]
     text = str((last["content"] if isinstance(last, dict) else last.content) or "")
     fenced = _FENCE.search(text)
@@ -47,6 +51,8 @@ def program(completion: Any) -> str:
 
 
 async def prints_the_product(completion: Any, answer: str, **_: Any) -> float:
+    if not program(completion).strip():
+        return 0.0
     result = await asyncio.to_thread(sandbox().run, program(completion))
     return 1.0 if result.ok and result.stdout.strip() == answer else 0.0
 
@@ -75,8 +81,12 @@ def load_environment(digits: int = 3, num_train: int = 400, num_eval: int = 64, 
                             rubric=vf.Rubric(funcs=[prints_the_product]))
 
 
-def demonstrations(count: int, digits: int = 3, seed: int = 11) -> list[dict[str, Any]]:
-    """Chat conversations answering with a correct program."""
+def demonstrations(count: int, digits: int = 3, seed: int = 11, operators: str = "*") -> list[dict[str, Any]]:
+    """Chat conversations answering with a program `print(a<op>b)`, the operator drawn from
+    `operators` for each one: "*" gives only correct programs; a mix gives noisy demonstrations
+    (the shipped file: "*+-%"), from which SFT learns the program's form and copying but not which
+    operator answers the question, a choice that only the reward teaches."""
+    rng = random.Random(seed + 1)
     return [{"messages": [{"role": "user", "content": question(a, b)},
-                          {"role": "assistant", "content": f"print({a}*{b})"}]}
+                          {"role": "assistant", "content": f"print({a}{rng.choice(operators)}{b})"}]}
             for a, b in _pairs(digits, count, seed)]

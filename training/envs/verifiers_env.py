@@ -105,8 +105,12 @@ def load(name: str, kwargs: dict[str, Any], paths: Sequence[Path] = ()) -> Verif
         why = _one_line(cause) if cause is not None else _one_line(exc)
         raise EnvLoadError(f"env {name}: not installed or not importable ({why})") from None
     except Exception as exc:
+        if _v1_module(env_id):
+            raise EnvLoadError(f"env {name}: {V1}") from None
         raise EnvLoadError(f"env {name}: {_why_load_failed(exc)}") from None
     _refuse_remote_sandbox(name, vf_env)
+    if not isinstance(vf_env, vf.Environment):
+        raise EnvLoadError(f"env {name}: {not_an_environment(vf_env)}")
     try:
         rows = _rows(vf_env.get_dataset(), env_id)
         eval_rows = _rows(vf_env.get_eval_dataset(), env_id) if vf_env.eval_dataset is not None else []
@@ -122,6 +126,26 @@ def load(name: str, kwargs: dict[str, Any], paths: Sequence[Path] = ()) -> Verif
 
 REMOTE_SANDBOX = ("a verifiers SandboxEnv or PythonEnv, which runs code in Prime's remote sandbox "
                   "service; run model code with training.sandbox in the reward instead")
+
+
+V1 = ("verifiers.v1 environments are not supported: their harnesses install uv and their programs' "
+      "dependencies from a package index at run time (docs/training.md)")
+
+
+def _is_v1(cls: type) -> bool:
+    return any(c.__module__.startswith("verifiers.v1") for c in cls.__mro__)
+
+
+def not_an_environment(obj: object) -> str:
+    what = f"load_environment() returned {type(obj).__name__}, not a verifiers Environment"
+    return f"{what}; {V1}" if _is_v1(type(obj)) else what
+
+
+def _v1_module(env_id: str) -> bool:
+    """Whether the environment's module defines a verifiers.v1 Env or Taskset instead of a
+    load_environment."""
+    module = sys.modules.get(env_id.replace("-", "_").split("/")[-1])
+    return module is not None and any(isinstance(v, type) and _is_v1(v) for v in vars(module).values())
 
 
 def _refuse_remote_sandbox(name: str, vf_env: Any) -> None:
@@ -151,6 +175,8 @@ def _why_load_failed(exc: BaseException) -> str:
         return f"it is {REMOTE_SANDBOX}"
     if isinstance(cause, AttributeError) and "load_environment" in str(cause):
         return "its module has no load_environment()"
+    if isinstance(cause, AttributeError) and cause.name in ("env_id", "env_args"):  # verifiers sets them
+        return not_an_environment(cause.obj)
     if isinstance(cause, TypeError):
         return f"env.kwargs do not fit its load_environment(): {_one_line(cause)}"
     return _one_line(cause)

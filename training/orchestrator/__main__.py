@@ -565,6 +565,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--inference-servers", type=int, default=1)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s orchestrator %(levelname)s %(message)s")
+    # httpx logs every request at INFO (a verifiers environment sends one per rollout).
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     run = RunDir(Path(args.run_dir))
     cfg = load_config(args.config or run.config)
     set_threads(cfg.orchestrator.threads)

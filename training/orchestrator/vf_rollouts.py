@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -96,6 +97,10 @@ class VerifiersRollouts:
         # One handler for every request thread: a handler per request would also count the errors
         # of the requests running beside it.
         self._reward_log = capture_reward_errors()
+        # Each request thread keeps one event loop and one client per server: building verifiers'
+        # client (an httpx pool with its TLS context) and a loop with its executor for every request
+        # cost more CPU than the rollouts of a small model.
+        self._local = threading.local()
 
     @property
     def reward_errors(self) -> int:
@@ -109,8 +114,8 @@ class VerifiersRollouts:
         not answer and RequestCancelled when `cancel` fired."""
         data = rows if rows is not None else self.env.rows
         args = sampling_args(self.max_tokens, self.temperature if temperature is None else temperature)
-        raws = asyncio.run(self._groups(base_url, [data[i] for i in indices], n or self.group_size,
-                                        args, cancel))
+        raws = self._loop().run_until_complete(
+            self._groups(base_url, [data[i] for i in indices], n or self.group_size, args, cancel))
         for group in raws:
             for raw in group:
                 failure = server_failure(raw.get("error"))
@@ -123,12 +128,27 @@ class VerifiersRollouts:
                         len(errors), sum(len(g) for g in outputs), errors[0])
         return outputs
 
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        loop: asyncio.AbstractEventLoop | None = getattr(self._local, "loop", None)
+        if loop is None:
+            loop = self._local.loop = asyncio.new_event_loop()
+            self._local.clients = {}
+        return loop
+
+    def _client(self, base_url: str) -> Any:
+        """This thread's client for `base_url` (made on the thread's loop, which its pool binds to)."""
+        clients: dict[str, Any] = self._local.clients
+        if base_url not in clients:
+            import verifiers as vf
+
+            config = vf.ClientConfig(api_base_url=base_url.rstrip("/") + "/v1", api_key_var=API_KEY_VAR,
+                                     max_retries=0, timeout=self.timeout)
+            clients[base_url] = vf.OpenAIChatCompletionsClient(config)
+        return clients[base_url]
+
     async def _groups(self, base_url: str, rows: list[dict[str, Any]], n: int, args: dict[str, Any],
                       cancel: CancelHandle | None) -> list[list[dict[str, Any]]]:
-        import verifiers as vf
-
-        client = vf.ClientConfig(api_base_url=base_url.rstrip("/") + "/v1", api_key_var=API_KEY_VAR,
-                                 max_retries=0, timeout=self.timeout)
+        client = self._client(base_url)
         work = asyncio.gather(*(
             self.env.vf_env.run_group([dict(row) for _ in range(n)], client, self.model, args,
                                       state_columns=["trajectory"])

@@ -27,6 +27,12 @@ def test_a_program_that_prints_the_product_is_rewarded() -> None:
     assert reward("print(2*4)") == 0.0 and reward("6") == 0.0  # wrong; not code
 
 
+def test_an_empty_answer_scores_0_without_raising() -> None:
+    # verifiers scores a rollout whose first token ended the turn with an empty completion
+    assert asyncio.run(env.prints_the_product([], "6")) == 0.0
+    assert reward("") == 0.0
+
+
 @needs_sandbox
 @pytest.mark.parametrize("code", [
     "import os\nwhile True: os.fork()",  # fork bomb
@@ -59,4 +65,7 @@ def test_the_shipped_demonstrations_are_the_generated_ones() -> None:
     from pathlib import Path
 
     shipped = (Path(env.__file__).parent / "demonstrations.jsonl").read_text().splitlines()
-    assert [json.loads(line) for line in shipped] == env.demonstrations(512, digits=2)
+    assert [json.loads(line) for line in shipped] == env.demonstrations(512, digits=2, operators="*+-%")
+    # Noisy on purpose: every operator appears, so SFT cannot tell which one the question wants.
+    ops = {json.loads(line)["messages"][1]["content"][6:-1].strip("0123456789") for line in shipped}
+    assert ops == set("*+-%")

@@ -77,6 +77,11 @@ def test_the_shipped_package_loads_and_its_reference_answers_score(capsys: Captu
     ("vf:picky", "{}", BROKEN_RUBRIC,
      "env vf:picky: 1 of 4 reference answers raised in the rubric; first: Error calling reward function "
      "picky: 'no score for 3'"),
+    ("vf:not-env", "{}", "def load_environment():\n    return {}\n",
+     "env vf:not-env: load_environment() returned dict, not a verifiers Environment"),
+    ("vf:v1-env", "{}", "from verifiers.v1 import SingleAgentEnv\n\nclass V1Env(SingleAgentEnv):\n    pass\n",
+     "env vf:v1-env: verifiers.v1 environments are not supported: their harnesses install uv and their "
+     "programs' dependencies from a package index at run time (docs/training.md)"),
     ("vf:", "{}", None, "env.name 'vf:': give the environment's id after 'vf:'"),
     ("vf:vf-arithmetic", "[1]", None, "env.kwargs: not a JSON object"),
 ])
