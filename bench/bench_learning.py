@@ -1,7 +1,7 @@
 """How much the demo recipe learns, over job seeds and machine load.
 
     python bench/bench_learning.py [--job FILE] [--seeds 0-5] [--loads quiet,loaded] [--env-seed N]
-        [--json]
+        [--keep DIR] [--json]
 
 Runs the whole demo job (`training/configs/demo.toml`, or `--job`, e.g. the tiny MoE's
 `training/configs/moe-demo.toml`: SFT to the accuracy target, then asynchronous RL) once per job
@@ -10,7 +10,8 @@ after SFT, pass@1 at the sampling temperature) of each run and its minimum, medi
 condition and overall. `loaded` runs a CPU-bound process beside the job for the whole run (on a
 2-core machine it takes one core), which changes the asynchronous schedule's timing: which policy
 version generated each batch. `--env-seed` draws another train/held-out split (the environment's
-`seed` kwarg); `-o KEY=VALUE` adds overrides.
+`seed` kwarg); `-o KEY=VALUE` adds overrides; `--keep DIR` keeps each run's directory (an outlier's
+metrics and logs).
 
 The CI test (tests/integration/training/test_rl_learns.py) asserts a margin that this bench's
 minimum must clear with room; docs/benchmarks.md records the figures.
@@ -132,6 +133,7 @@ def main() -> None:
     ap.add_argument("--loads", default=",".join(LOADS), help="quiet, loaded or both (comma-separated)")
     ap.add_argument("--env-seed", type=int, default=None, help="the environment's data seed (default: demo)")
     ap.add_argument("-o", dest="overrides", action="append", default=[], help="extra config override")
+    ap.add_argument("--keep", type=Path, default=None, help="keep the run directories here")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     seeds = parse_seeds(args.seeds)
@@ -143,9 +145,10 @@ def main() -> None:
         overrides.append(env_seed_override(args.env_seed, args.job))
     runs: list[LearningRun] = []
     with tempfile.TemporaryDirectory(prefix="bench-learning-") as tmp:
+        work = args.keep or Path(tmp)
         for load in loads:
             for seed in seeds:
-                run = run_job(Path(tmp), seed, load, overrides, args.job)
+                run = run_job(work, seed, load, overrides, args.job)
                 runs.append(run)
                 if not args.json:
                     print(

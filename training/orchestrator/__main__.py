@@ -391,6 +391,9 @@ class Orchestrator:
         self.metrics.eval_gauges(result.env, result.accuracy, result.pass_at)
         log.info("eval of %s at step %d (policy %d): accuracy %.3f", result.env, tag_step,
                  result.policy_version, result.accuracy)
+        if result.errors:  # scored as wrong: an accuracy that fell may be the environment's failure
+            log.warning("eval of %s at step %d: %d of %d rollouts ended in an environment error",
+                        result.env, tag_step, result.errors, result.size * result.samples)
 
     def _vf_eval_rollouts(self, rows: list[dict[str, Any]], n: int, temperature: float
                           ) -> list[list[VfOutput]]:

@@ -59,6 +59,7 @@ class EvalResult:
     policy_version_max: int
     pass_at: dict[int, float] = field(default_factory=dict)
     reward_mean: float | None = None  # verifiers environments: the mean reward of every rollout
+    errors: int = 0  # verifiers environments: rollouts an environment error ended (scored as wrong)
 
     def record(self) -> dict[str, Any]:
         """The metrics.jsonl line (`event: eval`)."""
@@ -73,7 +74,8 @@ class EvalResult:
             "eval_samples": self.samples,
             "eval_temperature": self.temperature,
             **{f"eval_pass_at_{k}": v for k, v in sorted(self.pass_at.items())},
-            **({} if self.reward_mean is None else {"eval_reward_mean": self.reward_mean}),
+            **({} if self.reward_mean is None else {"eval_reward_mean": self.reward_mean,
+                                                    "eval_errors": self.errors}),
         }
 
 
@@ -124,6 +126,7 @@ def evaluate_vf(env: VerifiersEnvironment, ec: EvalConfig, rollouts: VfRollouts,
         temperature=ec.temperature, policy_version=loaded_version, policy_version_max=loaded_version,
         pass_at={k: _mean([pass_at_k(n, c, k) for c in per_problem]) for k in ec.pass_k},
         reward_mean=_mean([o.reward for outs in results for o in outs]),
+        errors=sum(o.error is not None for outs in results for o in outs),
     )
 
 

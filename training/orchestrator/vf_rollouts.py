@@ -143,7 +143,7 @@ class VerifiersRollouts:
 
             config = vf.ClientConfig(api_base_url=base_url.rstrip("/") + "/v1", api_key_var=API_KEY_VAR,
                                      max_retries=0, timeout=self.timeout)
-            clients[base_url] = vf.OpenAIChatCompletionsClient(config)
+            clients[base_url] = _training_client(vf)(config)
         return clients[base_url]
 
     async def _groups(self, base_url: str, rows: list[dict[str, Any]], n: int, args: dict[str, Any],
@@ -162,6 +162,28 @@ class VerifiersRollouts:
                 work.cancel()
                 await asyncio.gather(work, return_exceptions=True)
                 raise RequestCancelled("group cancelled")
+
+
+def _sampled_tokens(response: Any) -> bool:
+    choices = getattr(response, "choices", None) or []
+    return len(choices) == 1 and bool(getattr(choices[0], "token_ids", None))
+
+
+def _training_client(vf: Any) -> type:
+    """verifiers' chat client, except that a reply whose sampled tokens are only the end of the turn
+    is a reply: verifiers ends that rollout in EmptyModelResponseError, untrained, so nothing would
+    ever push the end token down and a policy drifting towards it would collapse unchecked. Here it
+    is an empty assistant message, rewarded by the rubric and trained like any other sample."""
+
+    class TrainingClient(vf.OpenAIChatCompletionsClient):
+        async def raise_from_native_response(self, response: Any) -> None:
+            try:
+                await super().raise_from_native_response(response)
+            except vf.EmptyModelResponseError:
+                if not _sampled_tokens(response):
+                    raise
+
+    return TrainingClient
 
 
 def to_group(task_id: str, index: int, outputs: list[VfOutput], version: int, normalize_std: bool

@@ -174,6 +174,40 @@ def never_answers() -> Iterator[str]:
     yield from _serve(_Slow)
 
 
+class _EndsAtOnce(_Answer503):
+    """A policy whose first sampled token ends its turn: no text, one token with its log-prob."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        choice = {"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "stop",
+                  "token_ids": [0], "logprobs": {"content": [{"token": "token_id:0", "logprob": -0.25,
+                                                             "bytes": None, "top_logprobs": []}]}}
+        body = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "policy",
+                           "choices": [choice], "prompt_token_ids": [5, 6, 7],
+                           "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def ends_at_once() -> Iterator[str]:
+    yield from _serve(_EndsAtOnce)
+
+
+def test_a_reply_of_only_the_end_token_is_trained_not_an_error(ends_at_once: str) -> None:
+    """verifiers would end it in EmptyModelResponseError, untrained: nothing would push the end
+    token down, and a policy drifting towards it would collapse."""
+    (group,) = runner().run(ends_at_once, [0])
+    assert [o.error for o in group] == [None, None] and [o.reward for o in group] == [0.0, 0.0]
+    samples = to_samples([to_group("t:0", 0, group, version=0, normalize_std=False)], step=0,
+                         max_off_policy_steps=1)
+    assert [(s.input_ids, s.loss_mask, s.logprobs) for s in samples] == [([5, 6, 7, 0], [0, 0, 0, 1],
+                                                                         [0, 0, 0, -0.25])] * 2
+
+
 def runner() -> VerifiersRollouts:
     return VerifiersRollouts(load("vf:vf-arithmetic", {"num_train": 4}, [PACKAGE]), "policy", 2, 4, 1.0, 5.0)
 
@@ -195,3 +229,21 @@ def test_a_cancelled_group_stops_at_once(never_answers: str) -> None:
     threading.Timer(0.3, cancel.cancel).start()
     with pytest.raises(RequestCancelled):
         runner().run(never_answers, [0, 1, 2], cancel)
+
+
+def test_an_evaluation_counts_the_rollouts_an_environment_error_ended() -> None:
+    """They score as wrong answers, so an accuracy that fell must say how many there were."""
+    from types import SimpleNamespace
+
+    from training.config import EvalConfig
+    from training.orchestrator.evaluation import evaluate_vf
+
+    def out(reward: float, error: str | None = None) -> VfOutput:
+        return VfOutput(reward=reward, metrics={}, trajectory=[], truncated=False, error=error, turns=1)
+
+    env = SimpleNamespace(name="vf:x", eval_rows=[{"prompt": "a"}, {"prompt": "b"}])
+    answers = [[out(1.0), out(0.0, "EmptyModelResponseError")], [out(1.0), out(0.0, "ModelError")]]
+    result = evaluate_vf(env, EvalConfig(size=2, samples=2, pass_k=[1]), lambda rows, n, t: answers,  # type: ignore[arg-type]
+                         step=3, loaded_version=3)
+    assert result is not None and (result.accuracy, result.errors) == (0.5, 2)
+    assert result.record()["eval_errors"] == 2
