@@ -13,6 +13,8 @@ What the scheduler expects of a request holds here too:
   on this replica and then the others; other server errors (4xx) end the job with their message;
 - any other error inside the environment (a tool that raised, a bad response) keeps the rollout
   with the reward the rubric gave it, out of the loss (`Rollout.error`), and counts in the metrics.
+- a reply whose only sampled token ended the turn is not an error (verifiers would call it
+  EmptyModelResponseError): it is the policy's choice, rewarded and trained.
 
 No seed is sent: verifiers sends one set of sampling arguments for a whole group, and one seed
 would make every rollout of the group the same sample. Every turn is given the policy version that
