@@ -316,10 +316,12 @@ def rl_run() -> d.Dashboard:
            q(f'opsctl_train_loss{{component="trainer",{RUN}}}', "{{run}} loss"),
            q(f'opsctl_train_grad_norm{{component="trainer",{RUN}}}', "{{run}} grad norm", ref="B")),
         ts("Rollout shape", "Completions cut at max_tokens per step; for a verifiers environment (vf:) also "
-           "the mean turns per rollout, rollouts an environment error ended, and reward functions that "
-           "raised so far (verifiers scores those 0). The env's name ends the series name.", "none",
-           q(f'{{__name__=~"opsctl_train_(truncated_completions|(turns_mean|env_errors|reward_fn_errors_total)'
-             f'_.+)",component="orchestrator",{RUN}}}', "{{run}} {{__name__}}")),
+           "the mean turns and sampled tokens per rollout, the fraction cut at max_tokens, rollouts an "
+           "environment error ended, and reward functions that raised so far (verifiers scores those 0). "
+           "The env's name ends the series name.", "none",
+           q(f'{{__name__=~"opsctl_train_(truncated_completions|(turns_mean|sampled_tokens_mean|'
+             f'truncated_fraction|env_errors|reward_fn_errors_total)_.+)",component="orchestrator",{RUN}}}',
+             "{{run}} {{__name__}}")),
         ts("Held-out accuracy", "The last evaluation of each [eval] environment on its held-out split "
            "(before step 0, every eval.every steps, at the end), and pass@k for eval.pass_k; "
            "metrics.jsonl has each one's step and policy version.", "percentunit",

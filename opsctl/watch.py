@@ -62,8 +62,9 @@ class Snapshot:
     # the last SPARK_POINTS steps' reward (orchestrator) and tokens/s (trainer), oldest first
     reward_history: list[float] = field(default_factory=list)
     tokens_history: list[float] = field(default_factory=list)
-    # a verifiers environment's last step: turns per rollout, environment errors, reward functions
-    # that raised so far (ENV_SHAPE); empty for a built-in environment
+    # a verifiers environment's last step: turns and sampled tokens per rollout, the fraction cut at
+    # max_tokens, environment errors, reward functions that raised so far (ENV_SHAPE); empty for a
+    # built-in environment
     environment: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -102,7 +103,8 @@ def _reward(rec: dict[str, Any]) -> Any:
 # A verifiers environment's step record (training/orchestrator/vf_rollouts.py: env_metrics):
 # metrics.jsonl key prefix -> the name the watch shows it under.
 ENV_SHAPE = {
-    "turns_mean_": "turns", "env_errors_": "env_errors", "reward_fn_errors_total_": "reward_fn_errors",
+    "turns_mean_": "turns", "sampled_tokens_mean_": "sampled_tokens", "truncated_fraction_": "truncated",
+    "env_errors_": "env_errors", "reward_fn_errors_total_": "reward_fn_errors",
 }
 
 

@@ -206,15 +206,19 @@ def to_group(task_id: str, index: int, outputs: list[VfOutput], version: int, no
 
 
 def env_metrics(name: str, groups: list[RolloutGroup], reward_fn_errors: int) -> dict[str, float]:
-    """A step's per-environment record: turns per rollout, training samples per rollout (1 when
-    every rollout's turns merged), rollouts an environment error ended, reward functions that
-    raised so far, and the mean of each rubric function (tool-call counts, for a ToolEnv)."""
+    """A step's per-environment record: turns per rollout, sampled tokens per rollout (every turn),
+    the fraction cut at max_tokens, training samples per rollout (1 when every rollout's turns
+    merged), rollouts an environment error ended, reward functions that raised so far, and the
+    mean of each rubric function (tool-call counts, for a ToolEnv)."""
     rollouts = [r for g in groups for r in g.rollouts]
     turns = [len(r.turns or []) for r in rollouts]
     samples = [len(merge_turns(r.turns)) for r in rollouts if r.turns]
+    sampled = [sum(len(t.completion_ids) for t in r.turns or []) for r in rollouts]
     out = {
         f"turns_mean_{name}": sum(turns) / len(turns),
         f"turns_max_{name}": float(max(turns)),
+        f"sampled_tokens_mean_{name}": sum(sampled) / len(sampled),
+        f"truncated_fraction_{name}": sum(r.truncated for r in rollouts) / len(rollouts),
         f"samples_per_rollout_{name}": sum(samples) / len(samples) if samples else 0.0,
         f"env_errors_{name}": float(sum(r.error is not None for r in rollouts)),
         f"reward_fn_errors_total_{name}": float(reward_fn_errors),

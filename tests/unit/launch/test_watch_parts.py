@@ -31,9 +31,11 @@ def test_metrics_summary_reads_latest_values_and_skips_torn_lines(tmp_path: Path
     assert trainer_steps(path) == [0, 1]
     assert metrics_summary(tmp_path / "absent")["step"] is None
     vf = {"component": "orchestrator", "step": 2, "reward_mean_vf:tools": 0.5, "off_policy_lag_max": 0,
-          "turns_mean_vf:tools": 2.25, "env_errors_vf:tools": 1.0, "reward_fn_errors_total_vf:tools": 0.0}
+          "turns_mean_vf:tools": 2.25, "env_errors_vf:tools": 1.0, "reward_fn_errors_total_vf:tools": 0.0,
+          "sampled_tokens_mean_vf:tools": 31.5, "truncated_fraction_vf:tools": 0.125}
     path.write_text(json.dumps(vf) + "\n")
-    assert metrics_summary(path)["environment"] == {"turns": 2.25, "env_errors": 1.0, "reward_fn_errors": 0.0}
+    assert metrics_summary(path)["environment"] == {"turns": 2.25, "sampled_tokens": 31.5, "truncated": 0.125,
+                                                    "env_errors": 1.0, "reward_fn_errors": 0.0}
 
 
 def test_reward_curve_bins_training_reward_and_keeps_every_eval(tmp_path: Path) -> None:

@@ -19,7 +19,13 @@ from training.envs.verifiers_env import EnvLoadError, load
 from training.inference.client import CancelHandle, RequestCancelled, ServerError
 from training.orchestrator.batch import to_samples
 from training.orchestrator.failover import transient
-from training.orchestrator.vf_rollouts import VerifiersRollouts, VfOutput, server_failure, to_group
+from training.orchestrator.vf_rollouts import (
+    VerifiersRollouts,
+    VfOutput,
+    env_metrics,
+    server_failure,
+    to_group,
+)
 
 vf = pytest.importorskip("verifiers")  # the training extra
 Capture = pytest.CaptureFixture[str]
@@ -134,6 +140,11 @@ def test_a_groups_samples_train_exactly_the_sampled_tokens() -> None:
     assert samples[0].advantages == [0, 0, 0.75, 0.75, 0, 0, 0.75]
     # Too stale for the batch: kept as context, trained on nothing.
     assert all(sum(s.loss_mask) == 0 for s in to_samples([group], step=5, max_off_policy_steps=1))
+
+    metrics = env_metrics("vf:t", [group], reward_fn_errors=1)
+    assert metrics == {"turns_mean_vf:t": 1.25, "turns_max_vf:t": 2.0, "sampled_tokens_mean_vf:t": 1.5,
+                       "truncated_fraction_vf:t": 0.0, "samples_per_rollout_vf:t": 4 / 3,
+                       "env_errors_vf:t": 2.0, "reward_fn_errors_total_vf:t": 1.0, "r_mean_vf:t": 0.25}
 
 
 class _Answer503(http.server.BaseHTTPRequestHandler):
