@@ -24,6 +24,7 @@ was loaded when the request was sent: the oldest it can be, so the off-policy bo
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import threading
@@ -171,6 +172,7 @@ def _sampled_tokens(response: Any) -> bool:
     return len(choices) == 1 and bool(getattr(choices[0], "token_ids", None))
 
 
+@functools.cache  # one class for every thread's clients
 def _training_client(vf: Any) -> type:
     """verifiers' chat client, except that a reply whose sampled tokens are only the end of the turn
     is a reply: verifiers ends that rollout in EmptyModelResponseError, untrained, so nothing would
