@@ -5,9 +5,9 @@ RL rewards a program that, run in the job's sandbox, prints the product.
 
 SFT teaches the program's form and copying the numbers, not which operator the question wants, so
 its held-out reward (pass@1 at the sampling temperature) starts near a quarter of its copying
-accuracy; RL must raise it by MARGIN. bench/bench_learning.py measured the recipe over six seeds
-(docs/benchmarks.md, "Learning"): gains +0.25 to +0.52, median +0.41, so MARGIN sits well below the
-smallest while still asking for a clear rise from a start near 0.2."""
+accuracy; RL must raise it by MARGIN. bench/bench_learning.py measured the recipe on these seeds
+beside a CPU-bound process (docs/benchmarks.md, "Learning"): +0.49 to +0.52, so MARGIN is well
+below the smallest while still asking for a clear rise from a start near 0.2."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ pytestmark = [
 ]
 pytest.importorskip("verifiers")  # the training extra
 RECIPE = ROOT / "training" / "configs" / "code-demo.toml"
-MARGIN = 0.15
+MARGIN = 0.2
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
