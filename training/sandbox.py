@@ -72,13 +72,19 @@ def bwrap_argv(python: str = "/usr/bin/python3") -> list[str]:
     ]
 
 
-def limits_argv(limits: Limits, uid: int) -> list[str]:
-    """util-linux's prlimit (the limits, set as root) then setpriv (the slot's uid) in front of
-    bubblewrap: exec'd wrappers instead of a Python pre-exec hook, because a hook forces a full fork
-    of the (large) calling process for every program, ten times the cost of the program's start."""
+def limit_tools() -> tuple[str, str]:
+    """util-linux's prlimit and setpriv, found once per sandbox."""
     prlimit, setpriv = shutil.which("prlimit"), shutil.which("setpriv")
     if prlimit is None or setpriv is None:
         raise SandboxUnavailable("util-linux's prlimit and setpriv are needed to set the sandbox's limits")
+    return prlimit, setpriv
+
+
+def limits_argv(limits: Limits, uid: int, tools: tuple[str, str]) -> list[str]:
+    """prlimit (the limits, set as root) then setpriv (the slot's uid) in front of bubblewrap:
+    exec'd wrappers instead of a Python pre-exec hook, because a hook forces a full fork of the
+    (large) calling process for every program, ten times the cost of the program's start."""
+    prlimit, setpriv = tools
     mib = 1024 * 1024
     argv = [prlimit, f"--cpu={limits.cpu_s}", f"--as={limits.memory_mib * mib}",
             f"--nproc={limits.processes}", f"--fsize={limits.file_mib * mib}", "--core=0", "--nofile=64",
@@ -95,6 +101,7 @@ class Sandbox:
                  python: str = "/usr/bin/python3") -> None:
         self.limits = limits or Limits()
         self.argv = bwrap_argv(python)
+        self.tools = limit_tools()
         self._free = list(range(slots))
         self._cv = threading.Condition()
 
@@ -121,7 +128,8 @@ class Sandbox:
         status_r, status_w = os.pipe()  # bubblewrap reports {"child-pid": N} once the program started
         t0 = time.monotonic()
         try:
-            argv = [*limits_argv(lim, uid), self.argv[0], "--json-status-fd", str(status_w), *self.argv[1:]]
+            argv = [*limits_argv(lim, uid, self.tools), self.argv[0], "--json-status-fd", str(status_w),
+                    *self.argv[1:]]
             pipe = subprocess.PIPE
             proc = subprocess.Popen(argv, stdin=pipe, stdout=pipe, stderr=pipe, start_new_session=True,
                                     pass_fds=(status_w,))
