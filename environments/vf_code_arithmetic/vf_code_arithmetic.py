@@ -51,9 +51,10 @@ def program(completion: Any) -> str:
 
 
 async def prints_the_product(completion: Any, answer: str, **_: Any) -> float:
-    if not program(completion).strip():
+    code = program(completion)
+    if not code.strip():
         return 0.0
-    result = await asyncio.to_thread(sandbox().run, program(completion))
+    result = await asyncio.to_thread(sandbox().run, code)
     return 1.0 if result.ok and result.stdout.strip() == answer else 0.0
 
 

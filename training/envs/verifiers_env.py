@@ -105,7 +105,7 @@ def load(name: str, kwargs: dict[str, Any], paths: Sequence[Path] = ()) -> Verif
         why = _one_line(cause) if cause is not None else _one_line(exc)
         raise EnvLoadError(f"env {name}: not installed or not importable ({why})") from None
     except Exception as exc:
-        if _v1_module(env_id):
+        if _no_loader(exc) and _v1_module(env_id):
             raise EnvLoadError(f"env {name}: {V1}") from None
         raise EnvLoadError(f"env {name}: {_why_load_failed(exc)}") from None
     _refuse_remote_sandbox(name, vf_env)
@@ -168,12 +168,18 @@ def _raised_in_remote_sandbox(exc: BaseException) -> bool:
     return False
 
 
+def _no_loader(exc: BaseException) -> bool:
+    """verifiers' error for a module without load_environment (only then is a v1 class the reason)."""
+    cause = exc.__cause__ or exc
+    return isinstance(cause, AttributeError) and "load_environment" in str(cause)
+
+
 def _why_load_failed(exc: BaseException) -> str:
     """verifiers wraps what went wrong in a RuntimeError; say what it was."""
     cause = exc.__cause__ or exc
     if _raised_in_remote_sandbox(cause):
         return f"it is {REMOTE_SANDBOX}"
-    if isinstance(cause, AttributeError) and "load_environment" in str(cause):
+    if _no_loader(exc):
         return "its module has no load_environment()"
     if isinstance(cause, AttributeError) and cause.name in ("env_id", "env_args"):  # verifiers sets them
         return not_an_environment(cause.obj)

@@ -88,6 +88,10 @@ def test_the_shipped_package_loads_and_its_reference_answers_score(capsys: Captu
     ("vf:v1-env", "{}", "from verifiers.v1 import SingleAgentEnv\n\nclass V1Env(SingleAgentEnv):\n    pass\n",
      "env vf:v1-env: verifiers.v1 environments are not supported: their harnesses install uv and their "
      "programs' dependencies from a package index at run time (docs/training.md)"),
+    ("vf:mixed", '{"level": 3}',
+     "from verifiers.v1 import SingleAgentEnv\n\ndef load_environment():\n    pass\n",
+     "env vf:mixed: env.kwargs do not fit its load_environment(): "
+     "load_environment() got an unexpected keyword argument 'level'"),  # a v1 import is not the reason
     ("vf:", "{}", None, "env.name 'vf:': give the environment's id after 'vf:'"),
     ("vf:vf-arithmetic", "[1]", None, "env.kwargs: not a JSON object"),
 ])
