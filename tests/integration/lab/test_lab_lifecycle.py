@@ -135,9 +135,11 @@ def test_a_second_controller_home_keeps_the_munge_key_and_database_password(
     kept = lab.cfg.state_dir / "secrets"
     for name in ("munge.key", "slurmdbd_db_password"):
         assert (fresh / name).read_bytes() == (kept / name).read_bytes(), name
-    # and from there on nothing changes, on any host
-    again = playbook(lab, "playbooks/slurm.yml", "-e", f"secrets_dir={fresh}", env=env)
-    assert not again.failed_hosts and not again.changed_hosts, explain(lab, again)
+    # What changed, changed on the controller alone (the recovered secrets): no host saw a change.
+    # (One run, not a second one to show it: a controller that holds the secrets is the path every
+    # other lab run takes, the idempotence run included.)
+    changed = [line for line in run.output.splitlines() if line.startswith("changed: [")]
+    assert changed and all(" -> localhost]" in line for line in changed), explain(lab, run)
     assert "gpu-001" in out(lab, "head-01", "srun", "-w", "gpu-001", "-N1", "hostname")
 
 
