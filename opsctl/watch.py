@@ -418,6 +418,23 @@ class Watcher:
             self._note(snap, now, fold(names), "node failure", "gave-up", str(exc))
             return
         self._note(snap, now, fold(names), "node failure", "requeued", detail)
+        self._release_silent(snap, now, [v.name for v in failed if "not_responding" in v.failed])
+
+    def _release_silent(self, snap: Snapshot, now: float, silent: list[str]) -> None:
+        """Drained nodes whose slurmd is silent go DOWN (still drained, reason kept): Slurm holds the
+        old job COMPLETING on them, and the nodes it shares with the next attempt busy, until
+        SlurmdTimeout (300 s by default); DOWN ends that at once. A node that is not drained stays
+        as it is: DOWN alone would return it to service when its slurmd registers again."""
+        if not silent:
+            return
+        try:
+            drained = [n for n in self.backend.nodes(silent) if n.drain_flag and n.state != "down"]
+            for node in drained:
+                self.backend.mark_down([node.name], node.reason)
+                self._note(snap, now, node.name, "slurmd not responding", "marked-down",
+                           "drained and down: Slurm releases its job now, not after SlurmdTimeout")
+        except OpsctlError as exc:  # Slurm declares it DOWN after SlurmdTimeout on its own
+            self._note(snap, now, fold(silent), "slurmd not responding", "mark-down-failed", str(exc))
 
     def _exclusions(self, quarantine: Quarantine) -> list[str]:
         """Quarantined nodes and the nodes that failed in this run, as far as Slurm knows them."""

@@ -37,6 +37,13 @@ class SlurmBackend(ABC):
     def resume(self, names: Sequence[str]) -> None:
         """Clear DRAIN (and DOWN) on the named nodes."""
 
+    def mark_down(self, names: Sequence[str], reason: str) -> None:
+        """Set DOWN with `reason` on drained nodes whose slurmd is silent: Slurm then ends their part
+        of a job at once, instead of holding the job COMPLETING (and its other nodes) until
+        SlurmdTimeout. DRAIN stays set, so the node does not return to service when its slurmd
+        registers again (ReturnToService=2 would return a node that was only DOWN)."""
+        raise SlurmError(f"the {self.name} backend cannot set nodes down; use the cli backend")
+
     def reboot(self, names: Sequence[str], reason: str) -> None:
         """Ask Slurm to reboot the named nodes once idle (RebootProgram) and resume them once their
         slurmd registers from the new boot, `reason` set meanwhile."""

@@ -147,6 +147,11 @@ class CliBackend(SlurmBackend):
             return
         self.run(["scontrol", "update", f"NodeName={fold(names)}", "State=DRAIN", f"Reason={reason}"])
 
+    def mark_down(self, names: Sequence[str], reason: str) -> None:
+        if not names:
+            return
+        self.run(["scontrol", "update", f"NodeName={fold(names)}", "State=DOWN", f"Reason={reason}"])
+
     def resume(self, names: Sequence[str]) -> None:
         if not names:
             return

@@ -117,6 +117,9 @@ class PyslurmBackend(SlurmBackend):
     def drain(self, names: Sequence[str], reason: str) -> None:
         self._modify(names, self.pyslurm.Node(state="DRAIN", reason=reason), "drain")
 
+    def mark_down(self, names: Sequence[str], reason: str) -> None:
+        self._modify(names, self.pyslurm.Node(state="DOWN", reason=reason), "mark down")
+
     def resume(self, names: Sequence[str]) -> None:
         self._modify(names, self.pyslurm.Node(state="RESUME"), "resume")
 

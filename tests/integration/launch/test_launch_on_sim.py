@@ -163,6 +163,9 @@ def test_node_death_is_drained_requeued_and_resumed(launch_env: LaunchEnv, tmp_p
     actions = [(r.node, r.action) for r in led.remediations]
     assert (victim, "drained") in actions and (victim, "quarantined") in actions
     assert any(r.action == "requeued" for r in led.remediations)
+    # Its slurmd is silent, so it went DOWN as well (Slurm released the old job at once instead of
+    # after SlurmdTimeout) and stays drained: DOWN alone would return it when its slurmd registers.
+    assert (victim, "marked-down") in actions
     # The node is drained with opsctl's reason, quarantined, and the drain is in the audit log.
     sinfo = subprocess.run(["sinfo", "-h", "-N", "-n", victim, "-o", "%T|%E"], capture_output=True,
                            text=True, env=launch_env.env, check=True).stdout
@@ -182,6 +185,12 @@ def test_node_death_is_drained_requeued_and_resumed(launch_env: LaunchEnv, tmp_p
 
     # A later launch never lands on the quarantined node, even once it is back in service.
     launch_env.sim.start_slurmd(victim)
+    def state() -> str:
+        return subprocess.run(["sinfo", "-h", "-N", "-n", victim, "-o", "%T"], capture_output=True,
+                              text=True, env=launch_env.env, check=True).stdout.strip()
+
+    wait_for(lambda: not state().endswith("*"), 60, f"{victim}'s slurmd to register")
+    assert state() == "drained"  # back, and still out of service
     launch_env.sim.reset()
     dry = launch_env.launch(launch_env.root / "runs" / "after", "--dry-run", "--nodes", "3")
     assert dry.returncode == 0, dry.stderr

@@ -76,6 +76,18 @@ def test_drain_and_resume(backend: SlurmBackend) -> None:
     assert all(not n.flags for n in backend.nodes(["gpu-002", "gpu-003"]))
 
 
+def test_a_drained_node_marked_down_stays_drained_and_resumes(backend: SlurmBackend) -> None:
+    backend.drain(["gpu-004"], "opsctl: contract test")
+    backend.mark_down(["gpu-004"], "opsctl: contract test")
+    (node,) = backend.nodes(["gpu-004"])
+    assert node.state == "down" and node.drain_flag and node.reason == "opsctl: contract test", node
+    assert node.out_of_service and node.drained_by_opsctl  # still opsctl's drain
+    backend.resume(["gpu-004"])
+    assert wait_responding(backend, ["gpu-004"]) == []
+    (node,) = backend.nodes(["gpu-004"])
+    assert (node.state, node.flags, node.reason) == ("idle", set(), "")
+
+
 def test_submit_job_info_requeue_cancel(backend: SlurmBackend, sim4: SimCluster, tmp_path: Path) -> None:
     options = SubmitOptions(job_name="contract", nodes=2, nodelist=["gpu-001", "gpu-002"], gres="gpu:h200:8",
                             requeue=True, output=str(tmp_path / "out-%j.txt"), chdir=str(tmp_path))
