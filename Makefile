@@ -17,8 +17,9 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/mypy scripts/lock.py scripts/extract_dcgm_fields.py
 
-# Every core: each test module (every lab module together) runs on one worker (tests/conftest.py).
-# One worker more than cores was slower (docs/benchmarks.md, "Test suite").
+# Each test module (every lab module together) runs on one worker: one worker per core for the
+# modules that compute, and one more for the modules that mostly wait on daemons (tests/conftest.py,
+# WAITING_MODULES; docs/benchmarks.md, "Test suite").
 test: lint
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/pytest -n auto
 

@@ -100,12 +100,42 @@ def xdist_scope(nodeid: str) -> str:
     module-scoped clusters and Ansible renders are built once on one worker; and every lab module
     as one, since labs share the bridge and its addresses and must run one after another."""
     path = nodeid.split("::", 1)[0]
-    return "lab" if path.startswith("tests/integration/lab/") else path
+    return "lab" if path.startswith(LAB_DIR) else path
+
+
+# Modules that spend their time waiting on daemons (scrape intervals, alert timers, SlurmdTimeout,
+# Slurm's requeue delay), not computing: each used under a fifth of a core alone (docs/benchmarks.md,
+# "Test suite"). They run on a worker of their own, one more than the cores, so that their waits
+# overlap the computing modules instead of holding a core's worker idle. A module that starts a
+# training job or Ansible belongs with the computing ones: a third busy worker slowed the lab.
+WAITING_MODULES = tuple(f"tests/integration/{m}.py" for m in (
+    "health/test_cli", "health/test_lustre_over_ssh", "health/test_prometheus_source",
+    "health/test_remediation_sim", "health/test_ssh_source",
+    "hwsim/test_alerting", "hwsim/test_counters_contract", "hwsim/test_health_on_sim",
+    "hwsim/test_monitoring",
+    "preflight/test_fabric_over_ssh", "preflight/test_preflight_over_ssh",
+    "remediation/test_alertmanager_client", "remediation/test_alerts_outlive_a_slow_pass",
+    "remediation/test_service_on_sim",
+    "slurm/test_cli_commands", "slurm/test_contract", "slurm/test_sim",
+))
+
+
+def waits(scope: str) -> bool:
+    return scope in WAITING_MODULES
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    # `-n auto`: a worker per core for the computing modules, one more for the waiting ones
+    # (PYTEST_XDIST_AUTO_NUM_WORKERS still says exactly how many)
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return len(os.sched_getaffinity(0)) + 1
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     # pytest 9 keeps a node's id where xdist's --dist loadgroup cannot rename it, so the grouping
-    # is a scheduler of our own: xdist's module scheduling with the lab modules as one scope.
+    # is a scheduler of our own: xdist's module scheduling with the lab modules as one scope, and
+    # two lanes when there are three workers or more.
     from xdist.scheduler import LoadScopeScheduling
 
     # Scopes in collection order (run_order), not xdist's largest-count-first: the lab, which
@@ -113,7 +143,38 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     config.option.loadscopereorder = False
 
     class ModuleScheduling(LoadScopeScheduling):
+        """The last worker (with three or more) takes only WAITING_MODULES; the others take the
+        rest first and waiting modules once nothing else is left."""
+
         def _split_scope(self, nodeid: str) -> str:
             return xdist_scope(nodeid)
+
+        def _waiting_worker(self, node: Any) -> bool:
+            nodes = list(self.nodes)
+            return len(nodes) >= 3 and node is nodes[-1]
+
+        def _next_scope(self, node: Any) -> str | None:
+            if self._waiting_worker(node):
+                return next((s for s in self.workqueue if waits(s)), None)
+            return next((s for s in self.workqueue if not waits(s)), next(iter(self.workqueue), None))
+
+        def _assign_work_unit(self, node: Any) -> None:
+            scope = self._next_scope(node)
+            if scope is None:
+                return
+            work_unit = self.workqueue.pop(scope)
+            self.assigned_work.setdefault(node, {})[scope] = work_unit
+            collection = self.registered_collections[node]
+            node.send_runtest_some([collection.index(i) for i, done in work_unit.items() if not done])
+
+        def _reschedule(self, node: Any) -> None:
+            if node.shutting_down:
+                return
+            if self._next_scope(node) is None:
+                node.shutdown()  # nothing left it may take: it stops once what it holds has run
+                return
+            if self._pending_of(self.assigned_work[node]) > 2:
+                return
+            self._assign_work_unit(node)
 
     return ModuleScheduling(config, log)
