@@ -117,9 +117,6 @@ WAITING_MODULES = tuple(f"tests/integration/{m}.py" for m in (
     "remediation/test_alertmanager_client", "remediation/test_alerts_outlive_a_slow_pass",
     "remediation/test_service_on_sim",
     "slurm/test_cli_commands", "slurm/test_contract", "slurm/test_sim",
-    # about two thirds of a core: a tiny job's processes, then SlurmdTimeout and Slurm's requeue
-    # delay; three of the four launch modules balance the lanes (the fourth stays with the computing)
-    "launch/test_launch_on_sim", "launch/test_health_gate", "launch/test_shrink_on_sim",
 ))
 
 
