@@ -107,7 +107,9 @@ def xdist_scope(nodeid: str) -> str:
 # Slurm's requeue delay), not computing: each used under a fifth of a core alone (docs/benchmarks.md,
 # "Test suite"). They run on a worker of their own, one more than the cores, so that their waits
 # overlap the computing modules instead of holding a core's worker idle. A module that starts a
-# training job or Ansible belongs with the computing ones: a third busy worker slowed the lab.
+# training job or Ansible belongs with the computing ones: a third busy worker slowed the lab. Once
+# the waiting modules are done that worker takes computing modules from the queue's far end (the
+# unit tier), so the cores the others leave idle while they wait are used until the end.
 WAITING_MODULES = tuple(f"tests/integration/{m}.py" for m in (
     "health/test_cli", "health/test_lustre_over_ssh", "health/test_prometheus_source",
     "health/test_remediation_sim", "health/test_ssh_source",
@@ -143,8 +145,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     config.option.loadscopereorder = False
 
     class ModuleScheduling(LoadScopeScheduling):
-        """The last worker (with three or more) takes only WAITING_MODULES; the others take the
-        rest first and waiting modules once nothing else is left."""
+        """The last worker (with three or more) takes WAITING_MODULES, then the computing queue from
+        its end; the others take it from its start and waiting modules once nothing else is left."""
 
         def _split_scope(self, nodeid: str) -> str:
             return xdist_scope(nodeid)
@@ -155,7 +157,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
         def _next_scope(self, node: Any) -> str | None:
             if self._waiting_worker(node):
-                return next((s for s in self.workqueue if waits(s)), None)
+                # once the waiting modules are done, the computing queue from its far end (unit
+                # modules): the cores the others leave idle while they wait are used to the end
+                waiting = next((s for s in self.workqueue if waits(s)), None)
+                return waiting or next((s for s in reversed(self.workqueue) if s != "lab"), None)
             return next((s for s in self.workqueue if not waits(s)), next(iter(self.workqueue), None))
 
         def _assign_work_unit(self, node: Any) -> None:
