@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from training.config import ModelConfig
 from training.inference.engine import Engine
-from training.model import create_tiny_model, load_model, load_tokenizer
+from training.model import create_tiny_model, load_model
+from training.tokenizer import load_tokenizer
 
 
 def run_once(model_dir: Path, kv_cache: bool, prompts: list[list[int]], gen: int) -> tuple[float, list[Any]]:

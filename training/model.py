@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
 from transformers.utils import logging as transformers_logging
 
 from training.config import ModelConfig
@@ -84,10 +84,6 @@ def create_tiny_model(cfg: ModelConfig, out_dir: Path, seed: int) -> Path:
 def load_model(path: str | Path, dtype: str = "float32", device: str | torch.device = "cpu") -> Any:
     model: Any = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype])
     return model.to(device)
-
-
-def load_tokenizer(path: str | Path) -> Any:
-    return AutoTokenizer.from_pretrained(str(path))
 
 
 def _selected_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:

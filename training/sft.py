@@ -29,8 +29,9 @@ from training.config import JobConfig
 from training.envs import Environment, load_environment, prompt_ids
 from training.fsutil import STABLE, is_committed, publish_dir
 from training.metrics import Metrics
-from training.model import create_tiny_model, load_model, load_tokenizer
+from training.model import create_tiny_model, load_model
 from training.rundir import RunDir
+from training.tokenizer import load_tokenizer
 
 log = logging.getLogger("sft")
 

@@ -21,7 +21,8 @@ from training.common import parse_args, set_threads
 from training.inference.chat_api import tool_parser_for
 from training.inference.engine import CacheUnsupported, Engine
 from training.inference.server import InferenceServer
-from training.model import load_model, load_tokenizer
+from training.model import load_model
+from training.tokenizer import load_tokenizer
 
 log = logging.getLogger("inference")
 

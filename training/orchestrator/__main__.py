@@ -38,7 +38,6 @@ from training.envs.verifiers_env import ENV_DIR
 from training.fsutil import COMMITTED, STABLE, latest_step, publish_dir, step_dirs
 from training.inference.client import CancelHandle, Completion, OpenAICompatClient, ServerError
 from training.metrics import Metrics
-from training.model import load_tokenizer
 from training.orchestrator.batch import (
     Rollout,
     RolloutGroup,
@@ -54,6 +53,7 @@ from training.orchestrator.failover import Replicas, call_with_failover, transie
 from training.orchestrator.scheduler import GroupFilter, RolloutScheduler
 from training.orchestrator.vf_rollouts import VerifiersRollouts, VfOutput, env_metrics, to_group
 from training.rundir import RunDir
+from training.tokenizer import load_tokenizer
 
 log = logging.getLogger("orchestrator")
 T = TypeVar("T")

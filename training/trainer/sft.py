@@ -31,9 +31,9 @@ from training.chat import ChatDataError, load_dataset, render
 from training.config import JobConfig
 from training.fsutil import COMMITTED, remove_uncommitted, step_dirs
 from training.metrics import Metrics
-from training.model import load_tokenizer
 from training.orchestrator.batch import Sample, collate, pack, shard
 from training.rundir import RunDir
+from training.tokenizer import load_tokenizer
 from training.trainer import build, checkpoint
 from training.trainer.step import accumulate
 

@@ -17,8 +17,9 @@ from transformers import AutoModelForCausalLM
 from training.config import dump_toml, load_config
 from training.fsutil import STABLE, publish_dir
 from training.inference.engine import Engine
-from training.model import create_tiny_model, load_model, load_tokenizer
+from training.model import create_tiny_model, load_model
 from training.rundir import RunDir
+from training.tokenizer import load_tokenizer
 from training.weights import iter_checkpoint_tensors, load_trainer_state, publish_sharded
 
 pytestmark = pytest.mark.integration

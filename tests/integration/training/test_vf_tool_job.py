@@ -19,7 +19,8 @@ import pytest
 import torch
 from rljob_helpers import ROOT, Job, launch_argv, metrics
 
-from training.model import load_model, load_tokenizer, packed_token_logprobs
+from training.model import load_model, packed_token_logprobs
+from training.tokenizer import load_tokenizer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 pytest.importorskip("verifiers")  # the training extra

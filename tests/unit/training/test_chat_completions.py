@@ -18,7 +18,8 @@ import torch
 from training.inference.chat_api import ChatRequest, message, parse_glm45, parse_hermes, parse_request
 from training.inference.engine import Engine
 from training.inference.server import InferenceServer
-from training.model import load_model, load_tokenizer, token_logprobs
+from training.model import load_model, token_logprobs
+from training.tokenizer import load_tokenizer
 
 MESSAGES = [{"role": "system", "content": "reply with the number."},
             {"role": "user", "content": [{"type": "text", "text": "what is 2+3?"}]}]

@@ -13,11 +13,12 @@ from training.inference.client import OpenAICompatClient
 from training.inference.engine import Engine
 from training.inference.server import InferenceServer
 from training.metrics import Metrics
-from training.model import load_model, load_tokenizer
+from training.model import load_model
 from training.orchestrator.__main__ import Orchestrator
 from training.orchestrator.batch import to_samples
 from training.rundir import RunDir
 from training.sft import demo_batch
+from training.tokenizer import load_tokenizer
 
 
 def test_prompt_ids_prepend_bos_only_when_there_is_one(

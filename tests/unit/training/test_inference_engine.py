@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from training.inference.engine import Engine, Sequence
-from training.model import load_model, load_tokenizer, token_logprobs
+from training.model import load_model, token_logprobs
+from training.tokenizer import load_tokenizer
 
 
 def make_engine(path: Path, max_batch_size: int = 8) -> tuple[Engine, object]:

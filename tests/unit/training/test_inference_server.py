@@ -14,7 +14,8 @@ from training.fsutil import publish_dir
 from training.inference.client import CancelHandle, OpenAICompatClient, RequestCancelled, ServerError
 from training.inference.engine import Engine
 from training.inference.server import InferenceServer
-from training.model import load_model, load_tokenizer, token_logprobs
+from training.model import load_model, token_logprobs
+from training.tokenizer import load_tokenizer
 
 
 @pytest.fixture

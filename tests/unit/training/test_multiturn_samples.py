@@ -14,8 +14,9 @@ import torch
 
 from training.inference.engine import Engine
 from training.inference.server import InferenceServer
-from training.model import load_model, load_tokenizer, token_logprobs
+from training.model import load_model, token_logprobs
 from training.orchestrator.turns import Turn, merge_turns
+from training.tokenizer import load_tokenizer
 
 # The bound the issue states (measured here: 0.0, one merged sample; float32, the engine's KV cache
 # against the trainer's full forward).

@@ -14,9 +14,10 @@ from training.fsutil import publish_dir
 from training.inference.client import CancelHandle, Completion, OpenAICompatClient, RequestCancelled
 from training.inference.engine import Engine
 from training.inference.server import InferenceServer
-from training.model import load_model, load_tokenizer
+from training.model import load_model
 from training.orchestrator.batch import Rollout, RolloutGroup, TaskSampler
 from training.orchestrator.scheduler import GroupFilter, RolloutScheduler
+from training.tokenizer import load_tokenizer
 
 GROUP = 2
 

@@ -12,9 +12,10 @@ import torch
 
 from training.config import ConfigError, load_config
 from training.envs import load_environment
-from training.model import load_model, load_tokenizer
+from training.model import load_model
 from training.rundir import RunDir
 from training.sft import run_sft, sampled_accuracy
+from training.tokenizer import load_tokenizer
 
 DEMO = Path(__file__).resolve().parents[3] / "training" / "configs" / "demo.toml"
 # 1-digit addition learns in a few hundred steps of the demo's tiny model: quick, yet a real run.

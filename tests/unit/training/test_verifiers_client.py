@@ -15,8 +15,9 @@ import torch
 
 from training.inference.engine import Engine
 from training.inference.server import InferenceServer
-from training.model import load_model, load_tokenizer, token_logprobs
+from training.model import load_model, token_logprobs
 from training.orchestrator.turns import merge_turns, turns_from_trajectory
+from training.tokenizer import load_tokenizer
 
 vf = pytest.importorskip("verifiers")  # the training extra; the lean install has no verifiers
 datasets = pytest.importorskip("datasets")
