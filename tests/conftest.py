@@ -61,7 +61,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     # dynamo before any test runs (only when the collected tests already imported torch) makes the
     # outcome independent of test order.
     if "torch" in sys.modules:
-        import torch._dynamo  # noqa: F401
+        import torch
+        import torch._dynamo
+
+        # A worker shares the cores with the others (and with the jobs the tests start): torch's
+        # default of a thread per core would spin against them. Subprocesses keep their own setting.
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            torch.set_num_threads(1)
 
 
 # The lab modules share one lab (tests/integration/lab/conftest.py) and run in this order: the

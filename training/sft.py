@@ -112,7 +112,6 @@ def run_sft(run: RunDir, cfg: JobConfig, stop: threading.Event | None = None) ->
     if is_committed(run.sft_final):
         log.info("SFT checkpoint %s already committed; skipping", run.sft_final)
         return run.sft_final
-    set_threads(cfg.trainer.threads)
     seed_all(cfg.seed)
     base = ensure_base_model(run, cfg)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -197,6 +196,8 @@ def run_sft(run: RunDir, cfg: JobConfig, stop: threading.Event | None = None) ->
 
 def main(argv: list[str] | None = None) -> None:
     run, cfg = parse_args("training.sft", argv)
+    # Both SFT paths: torch's default of a thread per core spins against the job's other processes.
+    set_threads(cfg.trainer.threads)
     if cfg.sft.enabled and cfg.sft.dataset:
         if is_committed(run.sft_final):
             log.info("SFT checkpoint %s already committed; skipping", run.sft_final)

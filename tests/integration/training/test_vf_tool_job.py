@@ -59,7 +59,11 @@ def test_a_tool_environment_trains_through_the_job_on_merged_multi_turn_samples(
     # After SFT the model calls the tool, reads its answer and replies: two turns, one sample each.
     assert first[f"turns_mean_{ENV}"] > 1.5 and first[f"total_tool_calls_mean_{ENV}"] > 0.5, first
     assert first[f"samples_per_rollout_{ENV}"] == 1.0, first
-    assert first[f"reward_mean_{ENV}"] > 0.25 and first[f"env_errors_{ENV}"] == 0, first
+    assert all(s[f"env_errors_{ENV}"] == 0 for s in steps), steps
+    # ... and some replies are right. After 260 SFT steps about a quarter are: 16 rollouts a step
+    # cannot tell 0.19 from 0.31 (a bound of 0.25 on step 0 failed a fresh-clone run at 0.1875),
+    # while none right in 32 has odds of about 1e-4 at that rate.
+    assert sum(s[f"reward_mean_{ENV}"] for s in steps) > 0, steps
 
     tok = load_tokenizer(run / "sft" / "final")
     model = load_model(run / "sft" / "final")  # policy version 0 sampled step 0's batch
