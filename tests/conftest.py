@@ -86,12 +86,23 @@ LAB_MODULES = (
 LAB_DIR = "tests/integration/lab/"
 
 
+# The longest modules after the lab (each 100-200 s on one worker at 1a7c1fe), longest first: one
+# of them started last holds the run's end on one worker while the others idle.
+LONG_MODULES = tuple(f"tests/integration/{m}.py" for m in (
+    "training/test_code_env_learns", "training/test_rl_learns", "launch/test_launch_on_sim",
+    "launch/test_resume_on_sim", "launch/test_health_gate", "training/test_exact_resume",
+))
+
+
 def run_order(nodeid: str) -> tuple[int, int]:
     """Lab tests first, in LAB_MODULES order (a new lab module goes before the lifecycle one), then
-    the rest as collected: the lab is the longest unit of work and starts at once on one worker."""
+    LONG_MODULES, then the rest as collected: the lab is the longest unit of work and starts at
+    once on one worker."""
     path = nodeid.split("::", 1)[0]
+    if path in LONG_MODULES:
+        return (1, LONG_MODULES.index(path))
     if not path.startswith(LAB_DIR):
-        return (1, 0)
+        return (2, 0)
     name = path[len(LAB_DIR):]
     rank = LAB_MODULES.index(name if name in LAB_MODULES else "test_lab_lifecycle.py")
     return (0, 2 * rank - (name not in LAB_MODULES))

@@ -104,3 +104,11 @@ def test_waiting_modules_exist() -> None:
 @pytest.mark.parametrize("nodeid", [f"{LAB}::x", f"{suite.LAB_DIR}test_lab_fabric.py::y"])
 def test_every_lab_module_is_one_scope(nodeid: str) -> None:
     assert suite.xdist_scope(nodeid) == "lab"
+
+
+def test_the_long_modules_come_after_the_lab_and_before_the_rest() -> None:
+    order = sorted([f"{UNIT}::a", f"{suite.LONG_MODULES[1]}::b", f"{LAB}::c", f"{suite.LONG_MODULES[0]}::d"],
+                   key=suite.run_order)
+    assert order == [f"{LAB}::c", f"{suite.LONG_MODULES[0]}::d", f"{suite.LONG_MODULES[1]}::b", f"{UNIT}::a"]
+    missing = [m for m in suite.LONG_MODULES if not (suite.REPO_ROOT / m).is_file()]
+    assert not missing, f"LONG_MODULES lists modules that are gone: {missing}"
