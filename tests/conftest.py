@@ -86,23 +86,12 @@ LAB_MODULES = (
 LAB_DIR = "tests/integration/lab/"
 
 
-# The longest modules after the lab (each 100-200 s on one worker at 1a7c1fe), longest first: one
-# of them started last holds the run's end on one worker while the others idle.
-LONG_MODULES = tuple(f"tests/integration/{m}.py" for m in (
-    "training/test_code_env_learns", "training/test_rl_learns", "launch/test_launch_on_sim",
-    "launch/test_resume_on_sim", "launch/test_health_gate", "training/test_exact_resume",
-))
-
-
 def run_order(nodeid: str) -> tuple[int, int]:
     """Lab tests first, in LAB_MODULES order (a new lab module goes before the lifecycle one), then
-    LONG_MODULES, then the rest as collected: the lab is the longest unit of work and starts at
-    once on one worker."""
+    the rest as collected: the lab is the longest unit of work and starts at once on one worker."""
     path = nodeid.split("::", 1)[0]
-    if path in LONG_MODULES:
-        return (1, LONG_MODULES.index(path))
     if not path.startswith(LAB_DIR):
-        return (2, 0)
+        return (1, 0)
     name = path[len(LAB_DIR):]
     rank = LAB_MODULES.index(name if name in LAB_MODULES else "test_lab_lifecycle.py")
     return (0, 2 * rank - (name not in LAB_MODULES))
@@ -124,9 +113,7 @@ def xdist_scope(nodeid: str) -> str:
 # Slurm's requeue delay), not computing: each used under a fifth of a core alone (docs/benchmarks.md,
 # "Test suite"). They run on a worker of their own, one more than the cores, so that their waits
 # overlap the computing modules instead of holding a core's worker idle. A module that starts a
-# training job or Ansible belongs with the computing ones: a third busy worker slowed the lab. Once
-# the waiting modules are done that worker takes computing modules from the queue's far end (the
-# unit tier), so the cores the others leave idle while they wait are used until the end.
+# training job or Ansible belongs with the computing ones: a third busy worker slowed the lab.
 WAITING_MODULES = tuple(f"tests/integration/{m}.py" for m in (
     "health/test_cli", "health/test_lustre_over_ssh", "health/test_prometheus_source",
     "health/test_remediation_sim", "health/test_ssh_source",
@@ -162,8 +149,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     config.option.loadscopereorder = False
 
     class ModuleScheduling(LoadScopeScheduling):
-        """The last worker (with three or more) takes WAITING_MODULES, then the computing queue from
-        its end; the others take it from its start and waiting modules once nothing else is left."""
+        """The last worker (with three or more) takes only WAITING_MODULES; the others take the
+        rest first and waiting modules once nothing else is left."""
 
         def _split_scope(self, nodeid: str) -> str:
             return xdist_scope(nodeid)
@@ -174,10 +161,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
         def _next_scope(self, node: Any) -> str | None:
             if self._waiting_worker(node):
-                # once the waiting modules are done, the computing queue from its far end (unit
-                # modules): the cores the others leave idle while they wait are used to the end
-                waiting = next((s for s in self.workqueue if waits(s)), None)
-                return waiting or next((s for s in reversed(self.workqueue) if s != "lab"), None)
+                return next((s for s in self.workqueue if waits(s)), None)
             return next((s for s in self.workqueue if not waits(s)), next(iter(self.workqueue), None))
 
         def _assign_work_unit(self, node: Any) -> None:
