@@ -85,9 +85,10 @@ def test_a_tool_environment_trains_through_the_job_on_merged_multi_turn_samples(
                 sampled = tok.decode([t for t, m in zip(ids, trained, strict=True) if m])
                 context = tok.decode([t for t, m in zip(ids, trained, strict=True) if not m])
                 call, _, answer = sampled.partition("</tool_call>\n<eos>")
-                assert call.startswith('<tool_call>{"name": "add", "arguments": {"a": '), sampled
-                # then exactly one more turn, the reply: its words are the model's (a tiny model may
-                # misspell the sum), its bookkeeping is what this test checks
+                # a tool call, then exactly one more turn, the reply: their words are the model's (a
+                # tiny model may misspell the sum or the tool's name: "aWd" failed a fresh-clone
+                # run), their bookkeeping is what this test checks
+                assert call.startswith("<tool_call>{") and "<eos>" not in call, sampled
                 assert answer.endswith("\n<eos>") and "<eos>" not in answer[:-6], sampled
                 # the question, the role markers and the tool's reply; nothing the model sampled
                 assert re.fullmatch(r"u: \d+\+\d+=\?\na: t: \d+\na: ", context), context
