@@ -91,5 +91,6 @@ def test_a_tool_environment_trains_through_the_job_on_merged_multi_turn_samples(
                 assert call.startswith("<tool_call>{") and "<eos>" not in call, sampled
                 assert answer.endswith("\n<eos>") and "<eos>" not in answer[:-6], sampled
                 # the question, the role markers and the tool's reply; nothing the model sampled
-                assert re.fullmatch(r"u: \d+\+\d+=\?\na: t: \d+\na: ", context), context
+                # (a sum, or the error a misspelled tool name gets: no special token either way)
+                assert re.fullmatch(r"u: \d+\+\d+=\?\na: t: [^<]+\na: ", context), context
     assert merged >= 4, "expected multi-turn tool rollouts in step 0's batch"
