@@ -44,10 +44,24 @@ def sim_report(sim: SimCluster) -> str:
     return "\n".join(out)
 
 
+def slurm_view(lab: Any) -> list[str]:
+    """The head's Slurm view of nodes out of service, and what slurmctld logged about each: a node
+    left drained or down by an earlier test fails every lab test after it, and only this log says
+    which request (drain, reboot, timeout) put it there."""
+    head = lab.cfg.head.name
+    reasons = lab.ssh(head, "sinfo", "-h", "-N", "-R", "-o", "%N|%T|%H|%E", timeout=30)
+    out = [f"Slurm nodes out of service: {reasons.stdout.strip() or reasons.stderr.strip() or 'none'}"]
+    for node in sorted({line.split("|", 1)[0] for line in reasons.stdout.splitlines() if "|" in line}):
+        log = lab.ssh(head, "grep", "-F", node, SLURM_LOGS["slurmctld.service"], timeout=30)
+        out.append(f"--- slurmctld.log on {node}")
+        out.extend(log.stdout.splitlines()[-TAIL_LINES:])
+    return out
+
+
 def lab_report(lab: Any) -> str:
     """`lab` is tests/integration/lab/lab_helpers.RunningLab (not imported: its directory is only on
     the path when the lab tests are collected)."""
-    out: list[str] = []
+    out: list[str] = slurm_view(lab)
     for machine in lab.cfg.machines:
         failed = lab.ssh(machine.name, "systemctl", "--failed", "--no-legend", "--plain", timeout=30)
         if failed.returncode == 255:

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 
 import pytest
+from diagnostics import slurm_view
 from lab_helpers import GPU_NODES, Converged, RunningLab, run_guide_step
 
 from opsctl.lab.config import from_env
@@ -73,3 +75,50 @@ def converged(lab: RunningLab) -> Converged:
     check = steps[1] if len(steps) > 1 else first
     second = run_playbook(REPO_ROOT, lab.inventory) if not first.failed_hosts else first
     return Converged(first, check, second)
+
+
+# What a module may leave behind as it ends: a node finishing the module's last job or reboot.
+SETTLE_SECONDS = 180
+
+
+def gpu_states(lab: RunningLab) -> dict[str, str] | None:
+    """Slurm's compact state of each GPU machine; None when slurmctld cannot be asked (no lab yet,
+    or taken down by the teardown module)."""
+    proc = lab.ssh(lab.cfg.head.name, "sinfo", "-h", "-N", "-o", "%N %t", timeout=30)
+    if proc.returncode != 0:
+        return None
+    pairs = [line.split() for line in proc.stdout.splitlines()]
+    return {p[0]: p[1] for p in pairs if len(p) == 2 and p[0] in GPU_NODES}
+
+
+def settle(lab: RunningLab) -> dict[str, str]:
+    """The GPU machines Slurm has not got idle, after up to SETTLE_SECONDS (polling: nothing is timed)."""
+    deadline, busy = time.monotonic() + SETTLE_SECONDS, {}
+    while time.monotonic() < deadline:
+        busy = {n: s for n, s in (gpu_states(lab) or {}).items() if s != "idle"}
+        if not busy:
+            return {}
+        time.sleep(5)
+    return busy
+
+
+@pytest.fixture(scope="module", autouse=True)
+def leaves_gpu_machines_in_service(request: pytest.FixtureRequest, lab: RunningLab) -> Iterator[None]:
+    """Every lab module leaves the GPU machines idle in Slurm, as the next module expects. One left
+    drained, down or rebooting errors that module's teardown, with slurmctld's account of it, and is
+    put back in service, so that the failure is reported once, where it happened, instead of
+    failing every lab test after it."""
+    yield
+    if request.module.__name__.endswith("test_lab_teardown") or gpu_states(lab) is None:
+        return
+    busy = settle(lab)
+    if not busy:
+        return
+    account = "\n".join(slurm_view(lab))
+    head = lab.cfg.head.name
+    for node in sorted(busy):
+        lab.ssh(head, "scontrol", "cancel_reboot", node, timeout=30)  # refused when none is pending
+        lab.ssh(head, "scontrol", "update", f"nodename={node}", "state=resume", timeout=30)
+    left = settle(lab)
+    pytest.fail(f"{request.module.__name__} left GPU machines out of service: {busy}"
+                f"{f' (still after resuming: {left})' if left else ''}\n{account}", pytrace=False)
