@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
+
+from imports import modules_after
 
 HEAVY = ["torch", "transformers", "pandas", "prometheus_api_client", "numpy"]
 
 
-def _modules_after(code: str) -> set[str]:
-    probe = f"import sys, json\n{code}\nprint(json.dumps(sorted(sys.modules)))"
-    argv = [sys.executable, "-c", probe]
-    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120)
-    return set(json.loads(out.stdout.strip().splitlines()[-1]))
-
-
 def test_importing_the_cli_imports_nothing_heavy() -> None:
-    loaded = _modules_after("import opsctl.cli")
+    loaded = modules_after("import opsctl.cli")
     assert not [m for m in HEAVY if m in loaded]
 
 
@@ -30,7 +23,7 @@ def test_help_of_light_commands_imports_nothing_heavy() -> None:
         "    except SystemExit:\n"
         "        pass\n"
     )
-    loaded = _modules_after(code)
+    loaded = modules_after(code)
     assert not [m for m in HEAVY if m in loaded]
     assert "opsctl.cli.nodes" in loaded  # the probe really reached the command modules
 
