@@ -6,8 +6,9 @@ RL rewards a program that, run in the job's sandbox, prints the product.
 SFT teaches the program's form and copying the numbers, not which operator the question wants, so
 its held-out reward (pass@1 at the sampling temperature) starts near a quarter of its copying
 accuracy; RL must raise it by MARGIN. bench/bench_learning.py measured the recipe on these seeds
-beside a CPU-bound process (docs/benchmarks.md, "Learning"): +0.49 to +0.52, so MARGIN is well
-below the smallest while still asking for a clear rise from a start near 0.2."""
+beside a CPU-bound process (docs/benchmarks.md, "Learning"): +0.26 to +0.40 (quiet, seeds 0-5:
++0.32 to +0.48), so MARGIN is below the smallest while still asking for a clear rise from a start
+near 0.2. A run that collapses (every program broken, no reward left to learn from) fails it."""
 
 from __future__ import annotations
 
