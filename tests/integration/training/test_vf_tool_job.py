@@ -26,7 +26,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 pytest.importorskip("verifiers")  # the training extra
 PACKAGE = ROOT / "environments" / "vf_tool_arithmetic"
 ENV = "vf:vf-tool-arithmetic"
-ATOL = 1e-5
+# The engine's log-probs (decoded token by token) against a packed forward of the same weights: float32
+# sums in another order, up to 1.34e-5 apart on one fresh-clone run (1e-5 failed it); the next policy
+# version, one RL step later, was 0.57 away on that batch, and a token off by one further still.
+ATOL = 1e-4
 
 
 def demonstrations(path: Path) -> Path:
