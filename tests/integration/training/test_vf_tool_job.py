@@ -59,9 +59,12 @@ def test_a_tool_environment_trains_through_the_job_on_merged_multi_turn_samples(
     steps = [r for r in metrics(run) if r.get("component") == "orchestrator" and "event" not in r]
     assert [r["step"] for r in steps] == [0, 1]
     first = steps[0]
-    # After SFT the model calls the tool, reads its answer and replies: two turns, one sample each.
+    # After SFT the model calls the tool, reads its answer and replies: two turns, one sample each
+    # where the second turn's context is an exact token prefix. One whose model wrote on after its
+    # call (seen: `</tool_call>\n "a"a": 257`) is not, and rightly trains as two samples: a fresh-clone
+    # run had 17 samples from 16 rollouts.
     assert first[f"turns_mean_{ENV}"] > 1.5 and first[f"total_tool_calls_mean_{ENV}"] > 0.5, first
-    assert first[f"samples_per_rollout_{ENV}"] == 1.0, first
+    assert 1.0 <= first[f"samples_per_rollout_{ENV}"] < 1.25, first
     assert all(s[f"env_errors_{ENV}"] == 0 for s in steps), steps
     # ... and some replies are right. After 260 SFT steps about a quarter are: 16 rollouts a step
     # cannot tell 0.19 from 0.31 (a bound of 0.25 on step 0 failed a fresh-clone run at 0.1875),
@@ -82,10 +85,10 @@ def test_a_tool_environment_trains_through_the_job_on_merged_multi_turn_samples(
                 at = mb["doc_ids"][row] == doc
                 ids, trained = mb["input_ids"][row][at].tolist(), mb["loss_mask"][row][at].tolist()
                 text = tok.decode(ids)
-                if "t: " not in text:
-                    continue  # a rollout that answered without the tool
-                merged += 1
                 sampled = tok.decode([t for t, m in zip(ids, trained, strict=True) if m])
+                if "t: " not in text or not sampled.startswith("<tool_call>"):
+                    continue  # answered without the tool, or the reply of a rollout split in two
+                merged += 1
                 context = tok.decode([t for t, m in zip(ids, trained, strict=True) if not m])
                 call, _, answer = sampled.partition("</tool_call>\n<eos>")
                 # a tool call, then exactly one more turn, the reply: their words are the model's (a
