@@ -60,9 +60,9 @@ def test_a_tool_environment_trains_through_the_job_on_merged_multi_turn_samples(
     assert [r["step"] for r in steps] == [0, 1]
     first = steps[0]
     # After SFT the model calls the tool, reads its answer and replies: two turns, one sample each
-    # where the second turn's context is an exact token prefix. One whose model wrote on after its
-    # call (seen: `</tool_call>\n "a"a": 257`) is not, and rightly trains as two samples: a fresh-clone
-    # run had 17 samples from 16 rollouts.
+    # where the second turn's context is an exact token prefix. A call the template renders back
+    # otherwise (seen: a misspelled key came back as `"arguments": {}`) is not, and rightly trains as
+    # two samples: a fresh-clone run had 17 samples from 16 rollouts.
     assert first[f"turns_mean_{ENV}"] > 1.5 and first[f"total_tool_calls_mean_{ENV}"] > 0.5, first
     assert 1.0 <= first[f"samples_per_rollout_{ENV}"] < 1.25, first
     assert all(s[f"env_errors_{ENV}"] == 0 for s in steps), steps
