@@ -6,7 +6,6 @@ Area fixtures live in each area's own conftest.py; the simulated-cluster fixture
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
@@ -132,31 +131,11 @@ def waits(scope: str) -> bool:
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    # `-n auto`: a worker per core for the computing modules and one more, since the lab's worker
-    # spends much of its time waiting on machines (reboots, scrapes, Slurm); then one for the
-    # waiting modules (PYTEST_XDIST_AUTO_NUM_WORKERS still says exactly how many)
+    # `-n auto`: a worker per core for the computing modules, one more for the waiting ones
+    # (PYTEST_XDIST_AUTO_NUM_WORKERS still says exactly how many)
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None
-    return len(os.sched_getaffinity(0)) + 2
-
-
-# The niceness of a worker running a computing module, and of what it starts. The lab is the
-# longest chain of work, one module after another on one worker, and the waiting modules' daemons
-# keep timers: both run at the niceness the suite started with, and the computing modules fill
-# the cores they leave (docs/benchmarks.md, "Test suite").
-COMPUTE_NICE = 5
-_BASE_NICE: dict[str, int] = {}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _module_priority(request: pytest.FixtureRequest) -> None:
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return  # a developer's own run keeps the priority it was given
-    scope = xdist_scope(request.node.nodeid)
-    base = _BASE_NICE.setdefault("nice", os.getpriority(os.PRIO_PROCESS, 0))
-    want = base if scope == "lab" or waits(scope) else base + COMPUTE_NICE
-    with contextlib.suppress(PermissionError):  # back down needs root, as the lab does
-        os.setpriority(os.PRIO_PROCESS, 0, want)
+    return len(os.sched_getaffinity(0)) + 1
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
