@@ -102,6 +102,13 @@ class RunDir:
             time.sleep(0.05)
         return dict(json.loads(path.read_text()))
 
+    def sft_output(self, cfg: JobConfig) -> Path | None:
+        """What the SFT stage publishes (STABLE once whole): the SFT checkpoint, or the tiny random
+        model RL starts from when SFT is off and model.path is empty; None when it has nothing to do."""
+        if cfg.sft.enabled:
+            return self.sft_final
+        return None if cfg.model.path else self.base_model
+
     def initial_model(self, cfg: JobConfig) -> Path:
         """The checkpoint RL starts from: the SFT output when SFT ran, else the configured model."""
         if cfg.sft.enabled:

@@ -20,6 +20,7 @@ from pathlib import Path
 from opsctl.errors import ConfigError, UsageError
 from opsctl.launch.datasets import check_sft_dataset
 from training import config as tconfig
+from training.fsutil import is_committed
 from training.rundir import RunDir, free_port
 
 
@@ -160,10 +161,13 @@ class LocalLauncher:
         shutil.rmtree(self.run.peers, ignore_errors=True)  # addresses of a previous attempt are stale
         try:
             # Also when SFT is off: the stage builds the tiny random model if model.path is empty.
-            if self.cfg.sft.enabled and self.cfg.sft.dataset:
-                self.run_ranks("sft", "training.sft")  # chat SFT: on the sharded trainer's ranks
-            else:
-                self.run_stage("sft", "training.sft", [])
+            # Not again once its output is committed: a resumed attempt goes straight to RL.
+            sft_out = self.run.sft_output(self.cfg)
+            if sft_out is not None and not is_committed(sft_out):
+                if self.cfg.sft.enabled and self.cfg.sft.dataset:
+                    self.run_ranks("sft", "training.sft")  # chat SFT: on the sharded trainer's ranks
+                else:
+                    self.run_stage("sft", "training.sft", [])
             # External (vLLM) servers are not ours to start: the orchestrator uses inference.urls.
             inf = None
             if self.cfg.inference.backend == "builtin":

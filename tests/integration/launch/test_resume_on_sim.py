@@ -72,6 +72,9 @@ def test_killed_before_first_checkpoint_restarts_and_completes(launch_env: Launc
     seen = trainer_steps(run / "metrics.jsonl")
     assert seen[-STEPS:] == list(range(STEPS)) and len(seen) < 2 * STEPS
     assert led.checkpoints == [CHECKPOINT_EVERY]
+    # SFT had committed its model: the second attempt did not start the stage again.
+    assert "SFT done" in (run / "logs" / "attempt-0" / "sft.log").read_text()
+    assert not (run / "logs" / "attempt-1" / "sft.log").exists()
     # One batch per step, none holding a task twice: the dead attempt's rollouts were not reused.
     groups = [g for s in range(STEPS)
               for g in json.loads((run / "rollouts" / f"step_{s}" / STABLE).read_text())["groups"]]

@@ -50,6 +50,9 @@ def test_killed_and_resumed_run_matches_uninterrupted(tmp_path: Path, jobs) -> N
     assert jobs(launch_argv(cut, [], resume=True), tmp_path / "resume.log").wait(600) == 0, (
         tmp_path / "resume.log"
     ).read_text()
+    # SFT had committed its model: the resumed launch did not start the stage again.
+    sft_log = (cut / "logs" / "sft.log").read_text()
+    assert sft_log.count("SFT done") == 1 and "already committed" not in sft_log, sft_log[-2000:]
 
     w_ref = load_trainer_state(ref / "weights" / f"step_{STEPS}")
     w_cut = load_trainer_state(cut / "weights" / f"step_{STEPS}")
