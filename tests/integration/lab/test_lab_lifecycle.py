@@ -100,6 +100,10 @@ def test_site_converges_with_slurmdbd_and_says_what_the_lab_cannot_build(
     assert "opslab" in out(lab, "head-01", "sacctmgr", "--noheader", "list", "cluster", "format=cluster")
     dropin = out(lab, "gpu-001", "systemctl", "show", "--property=RequiresMountsFor", "slurmd")
     assert dropin.strip() == "RequiresMountsFor=/scratch"
+    # slurmctld took the settings a GPU node's teardown and RDMA need (roles/slurm/defaults)
+    config = out(lab, "head-01", "scontrol", "show", "config").splitlines()
+    shown = {k.strip(): v.strip() for k, eq, v in (line.partition("=") for line in config) if eq}
+    assert shown["UnkillableStepTimeout"] == "180 sec" and shown["PropagateResourceLimitsExcept"] == "MEMLOCK"
 
 
 def test_the_guides_check_mode_run_reports_no_change_and_no_failure(
