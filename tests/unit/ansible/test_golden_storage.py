@@ -1,7 +1,7 @@
 """Golden files of the storage and node-lifecycle configuration rendered by the real Ansible for the
 production inventory: the NFS server's exports, nfs.conf and NVMe array plan (the exact mdadm and
 mkfs.xfs argv the role runs), the scratch array, NFS and Lustre mount units, lnet.conf with the
-IPoIB network files, and slurmd's RequiresMountsFor drop-in with the job scripts.
+IPoIB network files, and slurmd's mount drop-in with the job scripts.
 
 The arrays are planned from hw facts built by hw_facts' own code from genuine lsblk samples."""
 
@@ -140,7 +140,9 @@ def test_a_gpu_node_mounts_in_order_and_slurmd_waits_for_every_mount(rendered: P
     lustre = _unit((node / "lustre-scratch.mount").read_text())
     assert lustre["Requires"] == ["lnet.service"] and lustre["After"][0].startswith("lnet.service")
     slurmd = _unit((node / "slurmd.service.d-opsctl-mounts.conf").read_text())
-    assert slurmd["RequiresMountsFor"] == ["/home /shared /lustre/scratch /scratch"]
+    # asserted, not required: a remounted unit (a changed mount) leaves slurmd running
+    assert slurmd["AssertPathIsMountPoint"] == ["/home", "/shared", "/lustre/scratch", "/scratch"]
+    assert not {"RequiresMountsFor", "Requires", "BindsTo"} & set(slurmd)
     assert "mountpoint -q" in (node / "prolog.d-50-job-scratch").read_text()
 
 
