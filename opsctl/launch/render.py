@@ -50,7 +50,7 @@ class ScriptParams:
     vllm: VllmParams | None = None  # None: the built-in inference server
     inference_restarts: int = 3  # inference.max_restarts
     sft_ranks: bool = False  # chat SFT (sft.dataset): SFT runs as the trainer's ranks
-    sft_output: str = "sft/final"  # what the SFT stage publishes, under the run dir ("": no stage)
+    sft_marker: str = "sft/final/STABLE"  # the SFT stage's commit marker, under the run dir ("": no stage)
 
 
 def render_script(params: ScriptParams) -> str:

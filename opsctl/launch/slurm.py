@@ -209,7 +209,7 @@ def plan_layout(
         vllm=vllm_params(settings, job_config, job_dir),
         inference_restarts=job_config.inference.max_restarts,
         sft_ranks=bool(job_config.sft.enabled and job_config.sft.dataset),
-        sft_output=_sft_output(job_config),
+        sft_marker=_sft_marker(job_config),
     )
     return LaunchPlan(
         run_id=run_id,
@@ -225,12 +225,14 @@ def plan_layout(
     )
 
 
-def _sft_output(job_config: Any) -> str:
-    """The SFT stage's output relative to the run directory ("" when the stage has nothing to do)."""
+def _sft_marker(job_config: Any) -> str:
+    """The marker of the SFT stage's committed output, relative to the run directory ("" when the
+    stage has nothing to do): the batch script skips the stage once it exists."""
+    from training.fsutil import STABLE
     from training.rundir import RunDir
 
     out = RunDir(Path(".")).sft_output(job_config)
-    return str(out) if out is not None else ""
+    return str(out / STABLE) if out is not None else ""
 
 
 def cluster_path(settings: LaunchSection, run_dir: Path) -> Path:
