@@ -51,6 +51,26 @@ fi
 # is the pinned one too; the check fails the bootstrap if anything differs from the lock.
 LOCK=locks/cpu.txt
 "$VENV/bin/pip" install -q --constraint "$LOCK" pip setuptools
+# The lab's base image (debootstrap, then every package the roles install) takes about two minutes
+# of network and dpkg, and the heavy install below keeps only one core busy: build the image beside
+# it (the lean install first, which is all `opsctl lab prepare` needs). The lab's first `up` then
+# finds it ready; if this fails, `up` builds it and reports why. OPSCTL_LAB_PREPARE=0 skips it.
+lab_pid=""
+if [ "$(id -u)" = 0 ] && [ "${OPSCTL_LAB_PREPARE:-1}" != 0 ] \
+    && command -v debootstrap >/dev/null && command -v systemd-nspawn >/dev/null; then
+  "$VENV/bin/pip" install -q --constraint "$LOCK" --no-build-isolation -e .
+  lab_log=$(mktemp -t opsctl-lab-prepare.XXXXXX)
+  # From the source tree, not the editable install that the next pip command replaces under it.
+  PYTHONPATH="$PWD" "$VENV/bin/python" -m opsctl lab prepare >"$lab_log" 2>&1 &
+  lab_pid=$!
+fi
 "$VENV/bin/pip" install -q --constraint "$LOCK" --no-build-isolation -e '.[dev,training]'
 "$VENV/bin/python" scripts/lock.py check --installed
+if [ -n "$lab_pid" ]; then
+  if wait "$lab_pid"; then
+    echo "bootstrap: $(tail -n 1 "$lab_log")"
+  else
+    echo "bootstrap: the lab's base image could not be prepared (see $lab_log); \`opsctl lab up\` tries again" >&2
+  fi
+fi
 echo "bootstrap: ready ($("$VENV/bin/python" --version), $VENV)"

@@ -27,6 +27,28 @@ def lab() -> None:
 
 
 @lab.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the image's path and packages as JSON.")
+def prepare(as_json: bool) -> None:
+    """Build (once) the base image and download the roles' packages into it; boot nothing.
+
+    `lab up` does this first; run it ahead (the bootstrap does, beside pip) to take it off the
+    first `up`. A second builder waits for the first one.
+    """
+    from opsctl.lab import lab as labmod
+    from opsctl.lab.config import from_env
+
+    base = labmod.prepare(from_env())
+    if as_json:
+        doc = {"rootfs": str(base.rootfs), "packages": list(base.packages)}
+        click.echo(json.dumps({**doc, "unavailable": list(base.unavailable)}, indent=2))
+        return
+    click.echo(
+        f"base image ready: {base.rootfs} ({len(base.packages)} packages on disk, "
+        f"{len(base.unavailable)} not in Debian: the lab skips their tasks)"
+    )
+
+
+@lab.command()
 @click.option(
     "--nodes", "gpu_nodes", type=int, default=3, show_default=True, help="GPU nodes (plus one head)."
 )

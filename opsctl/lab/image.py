@@ -8,9 +8,12 @@ package to a role downloads only what is missing.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,10 +119,28 @@ def _download(rootfs: Path, packages: list[str]) -> list[str]:
     return [p for p in packages if p not in known]
 
 
+@contextmanager
+def _exclusive(root: Path) -> Iterator[None]:
+    """Hold the image's lock: a second builder (`lab prepare` started by the bootstrap, a `lab up`
+    beside it) waits for the first and then finds the image ready, instead of deleting its half-built
+    tree. The kernel drops the lock when its holder dies, so a killed build never blocks the next."""
+    with open(root / ".lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def ensure_image(cfg: LabConfig, packages: list[str]) -> BaseImage:
     """Build (first time) or reuse the base image, and make sure `packages` are downloaded in it."""
     root = image_dir(cfg)
     root.mkdir(parents=True, exist_ok=True)
+    with _exclusive(root):
+        return _ensure_image_locked(root, cfg, packages)
+
+
+def _ensure_image_locked(root: Path, cfg: LabConfig, packages: list[str]) -> BaseImage:
     rootfs = root / "rootfs"
     if not (rootfs / "usr/bin/python3").exists():
         _bootstrap(cfg, rootfs, root / "debootstrap.log")

@@ -108,6 +108,12 @@ def wait_ready(cfg: LabConfig, wanted: list[Machine], timeout: float = 180) -> d
     return states
 
 
+def prepare(cfg: LabConfig) -> image.BaseImage:
+    """The base image with every package the roles install, built or topped up; boots nothing.
+    What `up` does first, on its own so that the bootstrap can do it while pip runs."""
+    return image.ensure_image(cfg, collect_packages(REPO_ROOT))
+
+
 def up(
     cfg: LabConfig, inventory_dir: Path = LAB_INVENTORY, *, timeout: float = 180, stage_runtime: bool = False
 ) -> LabStatus:
@@ -126,7 +132,7 @@ def up(
             f"bridge {cfg.bridge} is in use by a lab with state dir {owner} (machines {', '.join(foreign)}); "
             f"take it down first: OPSCTL_LAB_STATE={owner} opsctl lab down"
         )
-    base = image.ensure_image(cfg, collect_packages(REPO_ROOT))
+    base = prepare(cfg)
     public_key = ensure_key(cfg)
     net.ensure_bridge(cfg)
     wanted = {m.name for m in cfg.machines}

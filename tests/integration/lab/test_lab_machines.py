@@ -72,6 +72,19 @@ def test_lab_boots_head_and_gpu_machines(lab: RunningLab) -> None:
     assert (lab.inventory / "group_vars" / "all" / "lab.yml").is_file()
 
 
+def test_prepare_finds_the_image_the_machines_boot_ready(lab: RunningLab) -> None:
+    """`opsctl lab prepare` (the bootstrap's, beside pip) after `up`: the same cached image, the
+    roles' packages on disk, nothing built again."""
+    from opsctl.lab.image import image_dir
+
+    root = image_dir(lab.cfg)
+    built = (root / "debootstrap.log").stat().st_mtime_ns
+    doc = json.loads(lab.opsctl("prepare", "--json", timeout=300).stdout)
+    assert Path(doc["rootfs"]) == root / "rootfs"
+    assert {"slurmd", "munge", "prometheus"} <= set(doc["packages"])
+    assert (root / "debootstrap.log").stat().st_mtime_ns == built
+
+
 def test_gpu_machines_show_simulated_h200s_and_hcas(lab: RunningLab) -> None:
     smi = lab.ssh("gpu-001", "nvidia-smi", "-q")
     assert smi.returncode == 0, smi.stderr

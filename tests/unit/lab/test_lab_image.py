@@ -1,4 +1,5 @@
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,32 @@ def test_an_old_stamp_without_the_download_mode_downloads_again(
     (image.image_dir(cfg) / "packages.json").write_text(json.dumps({"requested": ["munge"]}))
     image.ensure_image(cfg, ["munge"])
     assert len(fake_build["download"]) == 2
+
+
+def test_a_second_builder_waits_for_the_first_and_reuses_its_image(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_build: dict[str, list[object]]
+) -> None:
+    """The bootstrap's `lab prepare` and a `lab up` beside it: one debootstrap, both get the image."""
+    cfg = LabConfig(cache_dir=tmp_path)
+    started, release = threading.Event(), threading.Event()
+    recording_bootstrap = image._bootstrap
+
+    def slow_bootstrap(cfg: LabConfig, target: Path, log: Path) -> None:
+        started.set()
+        assert release.wait(10)
+        recording_bootstrap(cfg, target, log)
+
+    monkeypatch.setattr(image, "_bootstrap", slow_bootstrap)
+    results: list[image.BaseImage] = []
+    first = threading.Thread(target=lambda: results.append(image.ensure_image(cfg, ["munge"])))
+    first.start()
+    assert started.wait(10)
+    second = threading.Thread(target=lambda: results.append(image.ensure_image(cfg, ["munge"])))
+    second.start()
+    second.join(0.5)
+    assert second.is_alive(), "the second builder did not wait for the first"
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert [r.packages for r in results] == [("munge",), ("munge",)]
+    assert len(fake_build["bootstrap"]) == 1 and fake_build["download"] == [["munge"]]
