@@ -157,6 +157,32 @@ def test_lnet_runs_multi_rail_on_gpu_nodes_and_single_rail_on_login(rendered: Pa
         assert conf["global"]["discovery"] == 1
     wait = _unit((rendered / "gpu-001" / "lnet.service.d-opsctl-ipoib.conf").read_text())["ExecStartPre"][0]
     assert wait.endswith("--interface=ibp26s0 --interface=ibp60s0 --interface=ibp156s0 --interface=ibp188s0")
+    # one UDSP NID-pair rule per rail: a server's NID on rail r's subnet is reached from rail r
+    udsp = _unit((rendered / "gpu-001" / "lnet.service.d-opsctl-udsp.conf").read_text())
+    assert udsp["ExecStartPost"] == [
+        f"/usr/sbin/lnetctl udsp add --src 10.30.{r}.*@o2ib0 --dst 10.30.{r}.*@o2ib0" for r in (0, 2, 4, 6)
+    ]
+    single_rail = (rendered / "login-01" / "lnet.service.d-opsctl-udsp.conf").read_text()
+    assert "ExecStartPost" not in _unit(single_rail)
+
+
+def test_udsp_rules_cover_a_wider_rail_subnet_and_add_the_sites_own(tmp_path: Path) -> None:
+    """A /22 per rail (the plan for more than 250 nodes) is one NID range over four third octets;
+    single-rail hosts get no rail rule; a site's own rules follow the rail rules."""
+    plan = [{"hca": f"mlx5_{r}", "prefix": f"10.40.{4 * r}", "prefix_len": 22} for r in range(2)]
+    rails = [{"hca": f"mlx5_{r}", "name": f"ib{r}", "present": True} for r in range(2)]
+    own = {"src": "o2ib0", "rte": "10.40.8.[1-4]@o2ib0", "priority": 0}
+    args = {"render_dest": str(tmp_path), "ipoib_interfaces": plan, "ipoib_rails": rails,
+            "lnet_net": "o2ib0", "lnet_udsp_rules": [own]}  # fmt: skip
+    got = {}
+    for multirail in (True, False):
+        (tmp_path / "vars.json").write_text(json.dumps({**args, "lnet_multirail": multirail}))
+        run_ansible("ansible-playbook", ["tests/unit/ansible/playbooks/render_lnet_udsp.yml",
+                                         "-e", f"@{tmp_path / 'vars.json'}"], tmp_path)  # fmt: skip
+        got[multirail] = json.loads((tmp_path / "lnet-udsp.json").read_text())
+    pairs = [{"src": f"10.40.[{a}-{a + 3}].*@o2ib0", "dst": f"10.40.[{a}-{a + 3}].*@o2ib0"} for a in (0, 4)]
+    assert got[True] == {"interfaces": ["ib0", "ib1"], "udsp": [*pairs, own]}
+    assert got[False] == {"interfaces": ["ib0"], "udsp": [own]}
 
 
 def test_one_ipoib_address_plan_serves_lnet_and_every_rail(rendered: Path) -> None:
