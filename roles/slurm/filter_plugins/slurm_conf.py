@@ -68,29 +68,71 @@ def _node_attrs(host: str, hv: Mapping[str, Any], hw: Mapping[str, Any], fractio
     return attrs
 
 
+def _ranges(numbers: Iterable[int]) -> str:
+    """0,1,2,3,5 -> "0-3,5" (a Slurm range list)."""
+    out: list[str] = []
+    for n in sorted(set(numbers)):
+        if out and out[-1].rsplit("-", 1)[-1] == str(n - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{n}"
+        else:
+            out.append(str(n))
+    return ",".join(out)
+
+
+def _gpu_cores(hw: Mapping[str, Any], gpu_count: int) -> list[dict[str, str]]:
+    """gres.conf's binding of GPUs to the cores of their NUMA node, from recorded facts.
+
+    Slurm numbers cores logically, socket by socket (gres.conf(5), Cores): with the cores split
+    evenly over the NUMA nodes, node n holds cores n*k .. n*k+k-1. Empty (no Cores=) when the facts
+    lack a GPU's NUMA node or the CPU layout, or record another GPU count than the inventory expects
+    (that node drains on its GPU count; a binding would only hide which GPU is gone).
+    """
+    gpus = hw.get("gpus") or []
+    cpu = hw.get("cpu") or {}
+    numa_nodes = int(hw.get("numa_nodes") or 0)
+    if not gpus or len(gpus) != gpu_count or not cpu or numa_nodes < 1:
+        return []
+    cores = int(cpu["sockets"]) * int(cpu["cores_per_socket"])
+    if any(not isinstance(g.get("numa_node"), int) for g in gpus) or cores % numa_nodes:
+        return []
+    per_node = cores // numa_nodes
+    by_node: dict[int, list[int]] = {}
+    for gpu in gpus:
+        by_node.setdefault(int(gpu["numa_node"]), []).append(int(gpu["index"]))
+    if max(by_node) >= numa_nodes:
+        return []
+    return [
+        {"gpus": _ranges(by_node[n]), "cores": _ranges(range(n * per_node, (n + 1) * per_node))}
+        for n in sorted(by_node)
+    ]
+
+
 def slurm_nodes(
     hosts: Iterable[str], hostvars: Mapping[str, Any], record_dir: str, fraction: float = 0.95
 ) -> list[dict[str, Any]]:
-    """Nodes grouped by identical attributes, in host order.
+    """Nodes grouped by identical attributes and GPU-to-core binding, in host order.
 
-    Each group: ``{nodelist, hosts, attrs, gpu_type, gpu_count}``.
+    Each group: ``{nodelist, hosts, attrs, gpu_type, gpu_count, gpu_cores}``.
     """
     groups: list[dict[str, Any]] = []
     for host in hosts:
         hv = hostvars[host]
-        attrs = _node_attrs(host, hv, _record(record_dir, host), float(fraction))
+        hw = _record(record_dir, host)
+        attrs = _node_attrs(host, hv, hw, float(fraction))
+        gpu_count = int((hv.get("hw_expected") or {}).get("gpu_count") or 0)
+        gpu_cores = _gpu_cores(hw, gpu_count)
         for group in groups:
-            if group["attrs"] == attrs:
+            if group["attrs"] == attrs and group["gpu_cores"] == gpu_cores:
                 group["hosts"].append(host)
                 break
         else:
-            gpu_count = int((hv.get("hw_expected") or {}).get("gpu_count") or 0)
             groups.append(
                 {
                     "hosts": [host],
                     "attrs": attrs,
                     "gpu_type": hv.get("slurm_gpu_type") or "",
                     "gpu_count": gpu_count,
+                    "gpu_cores": gpu_cores,
                 }
             )
     for group in groups:

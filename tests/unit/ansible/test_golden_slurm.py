@@ -3,6 +3,7 @@ production inventory, from the inventory alone and from hw_facts recorded on gen
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -49,12 +50,16 @@ def compare(out: Path, golden: Path, names: tuple[str, ...] = FILES) -> None:
 
 
 def recorded_sample_facts() -> dict[str, object]:
-    """The hw fact of a node whose hardware is the genuine samples (what hw_facts records)."""
+    """The hw fact of a node whose hardware is the genuine samples (what hw_facts records). The
+    samples carry no sysfs NUMA nodes: GPUs 0-3 are given node 0 and 4-7 node 1, the two halves of
+    an 8-GPU baseboard on a two-socket host."""
     mod = load_library_module("hw_facts")
+    smi = real("nvidia-smi-q.h100x8.535.183.01.gpud.txt")
+    buses = [line.split()[-1] for line in smi.splitlines() if line.startswith("GPU 0000")]
     return dict(
         mod.build_hw_facts(
-            nvidia_smi_q=real("nvidia-smi-q.h100x8.535.183.01.gpud.txt"),
-            gpu_numa={},
+            nvidia_smi_q=smi,
+            gpu_numa={bus: i // 4 for i, bus in enumerate(buses)},
             ib_files=parse_flattened(real("sysfs-class-infiniband.h100.mlx5_0.flattened.gpud.txt")),
             ib_numa={},
             lsblk_json=sample("lsblk.bytes-paths.gpud.json"),
@@ -116,8 +121,13 @@ def test_production_golden_from_recorded_facts(tmp_path):
     assert discovered["RealMemory"] == str(int(24683584 / 1024 * 0.95))
     assert all(attrs["Gres"] == "gpu:h200:8" for _, attrs in lines)
     gres = (out / "gres.conf").read_text()
-    assert "NodeName=gpu-[001-004] Name=gpu Type=h200 File=/dev/nvidia[0-7]" in gres
-    assert "NodeName=gpu-[005-064] Name=gpu Type=h200 File=/dev/nvidia[0-7]" in gres
+    # the discovered nodes' GPUs bound to their NUMA node's cores (one core per node in the samples:
+    # two cores, two NUMA nodes); the undiscovered ones declared without a binding
+    assert [line for line in gres.splitlines() if line.startswith("NodeName=")] == [
+        "NodeName=gpu-[001-004] Name=gpu Type=h200 File=/dev/nvidia[0-3] Cores=0",
+        "NodeName=gpu-[001-004] Name=gpu Type=h200 File=/dev/nvidia[4-7] Cores=1",
+        "NodeName=gpu-[005-064] Name=gpu Type=h200 File=/dev/nvidia[0-7]",
+    ]
 
 
 def test_a_limited_run_renders_the_same_files(tmp_path):
@@ -205,3 +215,41 @@ def test_facts_are_recorded_outside_the_inventory_directory(tmp_path):
         tmp_path,
     )
     assert f'"{REPO}/inventory/recorded_facts/production"' in proc.stdout
+
+
+def _slurm_conf_filters():  # type: ignore[no-untyped-def]
+    path = REPO / "roles" / "slurm" / "filter_plugins" / "slurm_conf.py"
+    spec = importlib.util.spec_from_file_location("opsctl_filter_slurm_conf", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _hw(numa: list[int | None], sockets: int = 2, cores: int = 56, numa_nodes: int = 2) -> dict:
+    return {
+        "cpu": {"sockets": sockets, "cores_per_socket": cores, "threads_per_core": 2},
+        "numa_nodes": numa_nodes,
+        "gpus": [{"index": i, "numa_node": n} for i, n in enumerate(numa)],
+    }
+
+
+def test_gpus_are_bound_to_the_cores_of_their_numa_node():
+    gpu_cores = _slurm_conf_filters()._gpu_cores
+    # two sockets of 56 cores, GPUs 0-3 on node 0 and 4-7 on node 1
+    assert gpu_cores(_hw([0] * 4 + [1] * 4), 8) == [
+        {"gpus": "0-3", "cores": "0-55"}, {"gpus": "4-7", "cores": "56-111"},
+    ]  # fmt: skip
+    # four NUMA nodes per host (NPS2): a quarter of the cores each; interleaved GPUs fold to lists
+    assert gpu_cores(_hw([0, 1, 2, 3, 0, 1, 2, 3], numa_nodes=4), 8) == [
+        {"gpus": "0,4", "cores": "0-27"}, {"gpus": "1,5", "cores": "28-55"},
+        {"gpus": "2,6", "cores": "56-83"}, {"gpus": "3,7", "cores": "84-111"},
+    ]  # fmt: skip
+
+
+def test_no_binding_without_numa_nodes_or_with_a_gpu_missing():
+    gpu_cores = _slurm_conf_filters()._gpu_cores
+    assert gpu_cores(_hw([0] * 7 + [None]), 8) == []
+    assert gpu_cores(_hw([0] * 4 + [1] * 3), 8) == []  # seven recorded, eight expected
+    assert gpu_cores(_hw([0] * 8, numa_nodes=3), 8) == []  # 112 cores do not split over 3 nodes
+    assert gpu_cores({}, 8) == []
