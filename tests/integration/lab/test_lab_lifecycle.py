@@ -1,5 +1,6 @@
 """The node lifecycle and the secrets on real machines: a check-mode run of site.yml, the munge key
-and the database password kept when the playbook runs from a second controller home directory, a
+(text, or a binary key the hosts share) and the database password kept when the playbook runs from
+a second controller home directory, a
 rotated database password applied to MariaDB, and a rolling update of a pinned (simulated driver)
 package on two GPU machines - drain, wait for the running job, install, a real reboot, validation,
 resume - while a job keeps running on the third; a node whose diagnostic fails stays drained and
@@ -14,9 +15,11 @@ update reboots machines and leaves them on another driver package."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -36,6 +39,7 @@ UPDATED = ["gpu-001", "gpu-002"]
 BUSY = "gpu-003"  # runs a job through the whole rollout and is never touched
 PACKAGE = "opsctl-labsim-driver"
 REASON = "opsctl:manual:rolling update labsim driver 1.1-1"
+HERE = Path(__file__).resolve().parent
 
 
 def out(lab: RunningLab, node: str, *cmd: str) -> str:
@@ -147,6 +151,38 @@ def test_a_second_controller_home_keeps_the_munge_key_and_database_password(
     changed = [line for line in run.output.splitlines() if line.startswith("changed: [")]
     assert changed and all(" -> localhost]" in line for line in changed), explain(lab, run)
     assert "gpu-001" in out(lab, "head-01", "srun", "-w", "gpu-001", "-N1", "hostname")
+
+
+def _put_munge_key(lab: RunningLab, key: bytes) -> None:
+    """KEY on every machine, munged restarted with it (Slurm's daemons ask munged per message)."""
+    b64 = base64.b64encode(key).decode()
+    for m in lab.cfg.machines:
+        write = f"echo {b64} | base64 -d > /etc/munge/munge.key"
+        out(lab, m.name, "sh", "-c", f"{write} && systemctl restart munge")
+
+
+def test_a_binary_key_the_hosts_share_is_adopted_byte_for_byte(
+    lab: RunningLab, converged: Converged, second_home: Path
+) -> None:
+    """SchedMD's form of the key (1024 random bytes, as `mungekey` writes it) on every host, and a
+    controller without the secret: the role keeps that key, byte for byte, and Slurm still talks."""
+    original = base64.b64decode(out(lab, "head-01", "base64", "-w0", "/etc/munge/munge.key"))
+    site_key = secrets.token_bytes(1024)
+    _put_munge_key(lab, site_key)
+    try:
+        before = secrets_on_hosts(lab)
+        fresh = second_home / "secrets"
+        run = playbook(lab, str(HERE / "playbooks" / "munge.yml"), "-e", f"secrets_dir={fresh}",
+                       env={"HOME": str(second_home)})  # fmt: skip
+        assert not run.failed_hosts, explain(lab, run)
+        assert (fresh / "munge.key").read_bytes() == site_key
+        assert secrets_on_hosts(lab) == before
+        changed = [line for line in run.output.splitlines() if line.startswith("changed: [")]
+        assert changed and all(" -> localhost]" in line for line in changed), explain(lab, run)
+        assert "gpu-002" in out(lab, "head-01", "srun", "-w", "gpu-002", "-N1", "hostname")
+    finally:
+        _put_munge_key(lab, original)
+    assert "gpu-002" in out(lab, "head-01", "srun", "-w", "gpu-002", "-N1", "hostname")
 
 
 def test_a_changed_database_password_is_applied_to_the_database(

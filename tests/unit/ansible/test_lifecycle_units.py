@@ -80,17 +80,31 @@ def _slurped(data: bytes) -> dict[str, str]:
     return {"content": base64.b64encode(data).decode(), "encoding": "base64"}
 
 
-def test_only_a_key_the_cluster_shares_as_text_is_adopted() -> None:
-    keys = load_plugin("munge", "munge_keys").munge_cluster_keys
+def test_a_text_key_or_a_binary_key_hosts_share_is_adopted() -> None:
+    plugin = load_plugin("munge", "munge_keys")
+    keys = plugin.munge_cluster_keys
     ours = secrets.token_hex(64)
-    package_default = secrets.token_bytes(1024)  # what Debian's munge package creates per host
+    text = {"form": "text", "key": ours}
     assert keys([_slurped(ours.encode()), _slurped(ours.encode()), {"failed": True, "msg": "not found"}]) == [
-        ours
+        text
     ]
+    # Debian's package creates a random binary key on each host: never shared, never adopted
+    package_default = secrets.token_bytes(1024)
     assert keys([_slurped(package_default), _slurped(secrets.token_bytes(1024))]) == []
+    assert keys([_slurped(package_default)]) == []  # one host alone cannot tell
+    # SchedMD's form (mungekey, or 1024 bytes of /dev/urandom) that the hosts share
+    site = secrets.token_bytes(1024)
+    shared = {"form": "binary", "b64": base64.b64encode(site).decode()}
+    assert keys([_slurped(site), _slurped(package_default), _slurped(site)]) == [shared]
     assert keys([_slurped(b"short")]) == []
     other = secrets.token_hex(64)
-    assert keys([_slurped(ours.encode()), _slurped(other.encode())]) == [ours, other]
+    assert keys([_slurped(ours.encode()), _slurped(other.encode())]) == [text, {"form": "text", "key": other}]
+    assert keys([_slurped(site), _slurped(site), _slurped(ours.encode())]) == [shared, text]  # refused: two
+    form = plugin.munge_key_form
+    assert [form(_slurped(ours.encode() + b"\n")), form(_slurped(site)), form({"failed": True})] == [
+        "text", "binary", "text",
+    ]  # fmt: skip
+    assert form(_slurped(secrets.token_bytes(16))) == "short"
 
 
 def test_the_running_database_password_is_read_from_slurmdbd_conf() -> None:
