@@ -3,6 +3,10 @@ VENV ?= .venv
 STAMP := $(VENV)/.bootstrapped
 BIN := $(VENV)/bin
 
+# The bootstrap installs without byte-compiling (scripts/bootstrap.sh): every process must be able
+# to keep the bytecode it compiles, or each one recompiles torch's and transformers' modules.
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: demo test suite check lint unit integration bench lock pictures clean reference
 
 $(STAMP): pyproject.toml locks/cpu.txt scripts/bootstrap.sh

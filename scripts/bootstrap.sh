@@ -64,7 +64,11 @@ if [ "$(id -u)" = 0 ] && [ "${OPSCTL_LAB_PREPARE:-1}" != 0 ] \
   PYTHONPATH="$PWD" "$VENV/bin/python" -m opsctl lab prepare >"$lab_log" 2>&1 &
   lab_pid=$!
 fi
-"$VENV/bin/pip" install -q --constraint "$LOCK" --no-build-isolation -e '.[dev,training]'
+# --no-compile: pip would byte-compile all ~22,000 modules (transformers' hundreds of models,
+# anthropic, sympy, pandas) on one core, about 40 s, where the suite imports a few thousand; Python
+# compiles those on first import instead, and the Makefile lets it write them (it unexports
+# PYTHONDONTWRITEBYTECODE).
+"$VENV/bin/pip" install -q --no-compile --constraint "$LOCK" --no-build-isolation -e '.[dev,training]'
 "$VENV/bin/python" scripts/lock.py check --installed
 if [ -n "$lab_pid" ]; then
   if wait "$lab_pid"; then
