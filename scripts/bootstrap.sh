@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(
   make git ca-certificates
   slurm-wlm slurm-client munge libslurm-dev     # real slurmctld/slurmd for the simulated cluster
+  libpmix2                                      # srun --mpi=pmix from this host into the lab
   prometheus                                    # real Prometheus + promtool
   prometheus-alertmanager                       # real Alertmanager + amtool (remediation alerts)
   openssh-server openssh-client                 # sshd for the paramiko evidence source
@@ -51,10 +52,11 @@ fi
 # is the pinned one too; the check fails the bootstrap if anything differs from the lock.
 LOCK=locks/cpu.txt
 "$VENV/bin/pip" install -q --constraint "$LOCK" pip setuptools
-# The lab's base image (debootstrap, then every package the roles install) takes about two minutes
-# of network and dpkg, and the heavy install below keeps only one core busy: build the image beside
-# it (the lean install first, which is all `opsctl lab prepare` needs). The lab's first `up` then
-# finds it ready; if this fails, `up` builds it and reports why. OPSCTL_LAB_PREPARE=0 skips it.
+# The lab's base image (debootstrap, then every package the roles install) takes about a minute of
+# network and dpkg, and the heavy install below keeps only one core busy: build the image beside it
+# (the lean install first, which is all `opsctl lab prepare` needs), and do not wait for it: the
+# image holds a lock, so the lab's first `up` waits for it and finds it ready, and if this fails,
+# `up` builds it and reports why. OPSCTL_LAB_PREPARE=0 skips it.
 lab_pid=""
 if [ "$(id -u)" = 0 ] && [ "${OPSCTL_LAB_PREPARE:-1}" != 0 ] \
     && command -v debootstrap >/dev/null && command -v systemd-nspawn >/dev/null; then
@@ -70,7 +72,9 @@ fi
 # PYTHONDONTWRITEBYTECODE).
 "$VENV/bin/pip" install -q --no-compile --constraint "$LOCK" --no-build-isolation -e '.[dev,training]'
 "$VENV/bin/python" scripts/lock.py check --installed
-if [ -n "$lab_pid" ]; then
+if [ -n "$lab_pid" ] && kill -0 "$lab_pid" 2>/dev/null; then
+  echo "bootstrap: the lab's base image is still being built in the background (log: $lab_log)"
+elif [ -n "$lab_pid" ]; then
   if wait "$lab_pid"; then
     echo "bootstrap: $(tail -n 1 "$lab_log")"
   else
