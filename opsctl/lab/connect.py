@@ -30,7 +30,7 @@ from opsctl.lab.ssh import ssh, ssh_argv
 from opsctl.nodeset import parse_nodeset
 
 SLURM_DIR_IN_NODE = "/etc/slurm"
-SLURM_FILES = ("slurm.conf", "gres.conf", "cgroup.conf")
+SLURM_FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf")
 PROMETHEUS_PORT = 9090
 LAB_GPU_GROUP_VARS = (
     Path(__file__).resolve().parents[2] / "inventory" / "lab" / "group_vars" / "gpu_nodes.yml"

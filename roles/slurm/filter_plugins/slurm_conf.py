@@ -140,6 +140,93 @@ def slurm_nodes(
     return groups
 
 
+def slurm_topology(
+    hosts: Iterable[str], hostvars: Mapping[str, Any], unit_var: str, top: str
+) -> list[dict[str, str]]:
+    """topology.conf's switches (topology/tree): one leaf switch per fabric unit, the compute nodes
+    whose ``unit_var`` names it, and ``top`` joining the units when there are several.
+
+    A fabric unit is what the nodes' HCAs share below the spine: on a rail-optimised fat tree every
+    rail of a scalable unit's nodes meets the same set of leaf switches, so Slurm sees the unit as
+    one switch. Empty when no host names a unit; a host without one while others have one is refused
+    (Slurm would never place it in a job beside the others).
+    """
+    units: dict[str, list[str]] = {}
+    missing: list[str] = []
+    for host in hosts:
+        unit = (hostvars[host].get(unit_var) or "") if unit_var else ""
+        if not unit:
+            missing.append(host)
+        else:
+            units.setdefault(str(unit), []).append(host)
+    if not units:
+        return []
+    if missing:
+        raise AnsibleFilterError(
+            f"slurm_topology: {slurm_hostlist(missing)} set no {unit_var} while "
+            f"{sum(len(h) for h in units.values())} other compute nodes do; give every compute node "
+            f"its fabric unit (or none of them)"
+        )
+    if top in units:
+        raise AnsibleFilterError(f"slurm_topology: the top switch {top!r} is also a fabric unit's name")
+    switches = [{"name": unit, "nodes": slurm_hostlist(members)} for unit, members in units.items()]
+    if len(units) > 1:
+        switches.append({"name": top, "switches": ",".join(units)})
+    return switches
+
+
+def _series(version: str) -> str:
+    """A Debian package version's Slurm release series: 22.05.8-4+deb12u3 -> 22.05."""
+    return ".".join(version.split(":")[-1].split(".")[:2])
+
+
+def _upgrade_steps(releases: list[str], start: int, end: int, wide_from: int) -> list[str]:
+    """The fewest series to pin in turn from releases[start] to releases[end]: a target accepts
+    upgrades from two releases back, three from ``wide_from`` on (SchedMD's upgrade guide)."""
+    steps, at = [], start
+    while at < end:
+        at = max(t for t in range(at + 1, end + 1) if t - at <= (3 if t >= wide_from else 2))
+        steps.append(releases[at])
+    return steps
+
+
+def slurm_upgrade(
+    installed: str, pinned: str, releases: list[str], wide_from: str = "24.11"
+) -> dict[str, Any]:
+    """What moving this host's installed Slurm (a package version; "" when not installed) to the
+    pinned series takes: ``{from, to, upgrade}``, ``upgrade`` true when the series changes.
+
+    Refused with the reason: a downgrade (slurmdbd converts its database forward only, slurmctld
+    its state files), a series not in ``releases``, or a jump wider than SchedMD supports in one
+    step, with the series to pin in turn.
+    """
+    if not installed:
+        return {"from": "", "to": pinned, "upgrade": False}
+    current = _series(installed)
+    if current == pinned:
+        return {"from": current, "to": pinned, "upgrade": False}
+    for name in (current, pinned):
+        if name not in releases:
+            raise AnsibleFilterError(
+                f"slurm_upgrade: Slurm {name} is not in slurm_release_series ({', '.join(releases)}); "
+                f"add it in release order to plan an upgrade from {current} to {pinned}"
+            )
+    start, end = releases.index(current), releases.index(pinned)
+    if end < start:
+        raise AnsibleFilterError(
+            f"slurm_upgrade: the pin {pinned} is older than the installed {current} ({installed}); "
+            f"Slurm cannot be downgraded once its database and state are converted"
+        )
+    wide = releases.index(wide_from) if wide_from in releases else len(releases)
+    steps = _upgrade_steps(releases, start, end, wide)
+    if len(steps) > 1:
+        raise AnsibleFilterError(
+            f"slurm_upgrade: {current} -> {pinned} is wider than one Slurm upgrade: pin "
+            f"{' then '.join(steps)} in turn, converging each"
+        )
+    return {"from": current, "to": pinned, "upgrade": True}
+
+
 def slurm_value(value: Any) -> str:
     """A slurm.conf value: booleans as YES/NO, lists comma-joined."""
     if value is True:
@@ -182,6 +269,8 @@ class FilterModule:
         return {
             "slurm_hostlist": slurm_hostlist,
             "slurm_nodes": slurm_nodes,
+            "slurm_topology": slurm_topology,
+            "slurm_upgrade": slurm_upgrade,
             "slurm_value": slurm_value,
             "slurmdbd_storage_pass": slurmdbd_storage_pass,
             "mysql_quote": mysql_quote,

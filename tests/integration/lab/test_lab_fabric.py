@@ -39,11 +39,10 @@ LAB_FABRIC = (
     # no /dev/nvidia-nvswitch* in the machines: the NVSwitch count is unit-tested only
     "fabric_nvswitches = 0\n"
     "fabric_pair_timeout = 180.0\n"  # 16 python3 processes per pair on a 2-core host
-    # the across-nodes all_reduce_perf runs through srun on the host (the machines' addresses come
-    # from `lab connect`'s slurm.conf); Debian's Slurm loads PMIx only where libpmix2 is installed,
-    # which no lab machine has (docs/fabric.md: a site keeping --mpi=pmix installs it)
-    "fabric_srun_args = []\n"
 )
+# The across-nodes all_reduce_perf runs through srun on the host (the machines' addresses come from
+# `lab connect`'s slurm.conf) with the default fabric_srun_args, --mpi=pmix: the slurm role installs
+# libpmix2 on the machines, the bootstrap on the host.
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,9 @@
 """The node lifecycle and the secrets on real machines: a check-mode run of site.yml, the munge key
 (text, or a binary key the hosts share) and the database password kept when the playbook runs from
 a second controller home directory, a
-rotated database password applied to MariaDB, and a rolling update of a pinned (simulated driver)
-package on two GPU machines - drain, wait for the running job, install, a real reboot, validation,
+rotated database password applied to MariaDB, a Slurm upgrade's database dump and refusals, and a
+rolling update of a pinned (simulated driver) package, which site.yml refuses on machines in service,
+on two GPU machines - drain, wait for the running job, install, a real reboot, validation,
 resume - while a job keeps running on the third; a node whose diagnostic fails stays drained and
 stops the rollout; once healed a rerun resumes it without a second reboot, and a last run changes
 nothing.
@@ -206,6 +207,37 @@ def test_a_changed_database_password_is_applied_to_the_database(
     assert "opslab" in out(lab, "head-01", "sacctmgr", "--noheader", "list", "cluster", "format=cluster")
 
 
+def test_a_slurm_upgrade_dumps_the_database_first_and_refuses_what_slurm_cannot_make(
+    lab: RunningLab, converged: Converged
+) -> None:
+    """roles/slurm/tasks/upgrade.yml against the lab's Slurm 22.05: a pin three releases on is refused
+    before anything changes (downgrades too: unit-tested); one supported step (23.02) dumps
+    slurm_acct_db before apt moves a package, and apt then finds no 23.02 in the lab's Debian 12
+    repository (so nothing is upgraded here: the lab shows the order, not the conversion)."""
+    dumps, prefs = "/var/lib/opsctl/slurmdbd-dumps", "/etc/apt/preferences.d/opsctl-slurm"
+    pinned = out(lab, "head-01", "cat", prefs)
+    run = playbook(lab, "playbooks/slurm.yml", "--limit", "head-01", "-e", "slurm_version=24.05")
+    refusal = "22.05 -> 24.05 is wider than one Slurm upgrade: pin 23.11 then 24.05 in turn"
+    assert run.failed_hosts and refusal in run.output, run.output[-3000:]
+    assert out(lab, "head-01", "cat", prefs) == pinned
+    assert lab.ssh("head-01", "test", "-e", dumps).returncode == 1
+    try:
+        run = playbook(lab, "playbooks/slurm.yml", "--limit", "head-01", "-e", "slurm_version=23.02")
+        failed_at = "Install Slurm packages on the accounting host"
+        assert run.failed_hosts and failed_at in run.output, run.output[-3000:]
+        (dump,) = out(lab, "head-01", "ls", dumps).split()
+        assert re.fullmatch(r"slurm_acct_db-22\.05-to-23\.02-\d{8}T\d{6}Z\.sql", dump), dump
+        text = out(lab, "head-01", "cat", f"{dumps}/{dump}")
+        assert "CREATE DATABASE" in text and "`opslab_job_table`" in text, text[:500]
+        assert out(lab, "head-01", "stat", "-c", "%a", dumps).strip() == "700"
+        version = out(lab, "head-01", "dpkg-query", "--show", "--showformat=${Version}", "slurmdbd")
+        assert version.startswith("22.05."), version
+    finally:
+        saved = base64.b64encode(pinned.encode()).decode()
+        lab.ssh("head-01", "sh", "-c", f"rm -rf {dumps} && echo {saved} | base64 -d > {prefs}")
+    assert out(lab, "head-01", "cat", prefs) == pinned
+
+
 @pytest.fixture
 def cancel_jobs(lab: RunningLab) -> Iterator[list[str]]:
     """Job ids a test submits, cancelled when it ends: the lab is shared with the modules after it."""
@@ -234,6 +266,21 @@ def test_a_rolling_update_drains_installs_reboots_validates_and_resumes(
             " -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0 >/dev/null"
             f" && apt-get install -y -q {PACKAGE}=1.0-1 >/dev/null && apt-mark hold {PACKAGE}",
         )
+    lab_yml = lab.inventory / "group_vars" / "all" / "lab.yml"
+    lab_yml.write_text(
+        lab_yml.read_text().replace('labsim_driver_version: "1.0-1"', 'labsim_driver_version: "1.1-1"')
+    )
+    # site.yml with the new pin stops in its validate play: every GPU machine is in service with the
+    # old version, and only the rolling update may move it there
+    refused = playbook(lab, "site.yml")
+    plays = [line for line in refused.output.splitlines() if line.startswith("PLAY [")]
+    assert refused.returncode != 0, explain(lab, refused)
+    assert plays and all(p.startswith("PLAY [Validate") for p in plays), plays
+    for m in lab.cfg.gpu_machines:
+        assert f"{m.name} is in service (idle) and runs {PACKAGE} 1.0-1 (pinned 1.1-1)" in refused.output, (
+            refused.output[-4000:]
+        )
+        assert installed(lab, m.name) == "1.0-1 hold"
     long_job = out(lab, "head-01", "sbatch", "--parsable", "-w", BUSY, "-N1", "--wrap", "sleep 3000").strip()
     short_job = out(
         lab, "head-01", "sbatch", "--parsable", "-w", "gpu-001", "-N1", "--wrap", "sleep 25"
@@ -248,11 +295,6 @@ def test_a_rolling_update_drains_installs_reboots_validates_and_resumes(
     lab.opsctl("inject", "gpu-002", "row_remap_failure")
     audit_file = lab.cfg.state_dir / "audit.jsonl"
     audited_before = len(audit_file.read_text().splitlines()) if audit_file.exists() else 0
-    lab_yml = lab.inventory / "group_vars" / "all" / "lab.yml"
-    lab_yml.write_text(
-        lab_yml.read_text().replace('labsim_driver_version: "1.0-1"', 'labsim_driver_version: "1.1-1"')
-    )
-
     first = playbook(lab, "playbooks/rolling-update.yml", "--limit", ",".join(UPDATED))
     assert first.returncode != 0 and first.failed_hosts == ["gpu-002"], explain(lab, first)
     assert "dcgmi diag -r 1 failed: software (GPU 0)" in first.output

@@ -148,6 +148,22 @@ def test_slurm_lists_gpu_nodes_idle_and_runs_on_all(lab: RunningLab, converged: 
     assert sorted(run.stdout.split()) == GPU_NODES
 
 
+def test_slurm_schedules_on_the_inventorys_fabric_units(lab: RunningLab, converged: Converged) -> None:
+    """inventory/lab gives gpu-001 and gpu-002 one fabric unit and gpu-003 another: slurmctld reads
+    them from topology.conf as leaf switches under the top one (topology/tree)."""
+    proc = lab.ssh("head-01", "scontrol", "show", "topology")
+    assert proc.returncode == 0, proc.stderr
+    switches = {}
+    for line in proc.stdout.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        if "SwitchName" in fields:
+            switches[fields["SwitchName"]] = fields
+    assert {name: (s.get("Level"), s.get("Nodes")) for name, s in switches.items() if name != "fabric"} == {
+        "unit1": ("0", "gpu-[001-002]"), "unit2": ("0", "gpu-003"),
+    }, proc.stdout  # fmt: skip
+    assert switches["fabric"]["Level"] == "1" and switches["fabric"]["Switches"] == "unit[1-2]", proc.stdout
+
+
 def test_a_slurm_job_runs_the_training_runtime_from_the_share(lab: RunningLab, converged: Converged) -> None:
     """site.yml built the runtime once (on gpu-001) on the NFS stand-in; a job on the other GPU
     machine imports torch and the training package from /shared and runs a forward pass."""

@@ -72,12 +72,12 @@ def ansible_env(tmp_path: Path) -> dict[str, str]:
 
 
 def run_ansible(
-    tool: str, args: list[str], tmp_path: Path, check: bool = True
+    tool: str, args: list[str], tmp_path: Path, check: bool = True, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
         [str(BIN / tool), *args],
         cwd=REPO,
-        env=ansible_env(tmp_path),
+        env={**ansible_env(tmp_path), **(env or {})},
         capture_output=True,
         text=True,
         timeout=600,

@@ -1,4 +1,4 @@
-"""Golden files of slurm.conf, gres.conf and cgroup.conf rendered by the real Ansible for the
+"""Golden files of slurm.conf, gres.conf, cgroup.conf and topology.conf rendered by the real Ansible for the
 production inventory, from the inventory alone and from hw_facts recorded on genuine samples."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from provisioning_helpers import GOLDEN, REPO, load_library_module, real, render
 
 from opsctl.parsers.ib_sysfs import parse_flattened
 
-FILES = ("slurm.conf", "gres.conf", "cgroup.conf")
+FILES = ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf")
 PLAYBOOK = "tests/unit/ansible/playbooks/render_slurm.yml"
 UPDATE = os.environ.get("OPSCTL_UPDATE_GOLDEN") == "1"
 GPU_NODES = [f"gpu-{i:03d}" for i in range(1, 65)]
@@ -253,3 +253,67 @@ def test_no_binding_without_numa_nodes_or_with_a_gpu_missing():
     assert gpu_cores(_hw([0] * 4 + [1] * 3), 8) == []  # seven recorded, eight expected
     assert gpu_cores(_hw([0] * 8, numa_nodes=3), 8) == []  # 112 cores do not split over 3 nodes
     assert gpu_cores({}, 8) == []
+
+
+def test_topology_has_a_leaf_switch_per_fabric_unit_and_a_top_switch_joining_them():
+    topology = _slurm_conf_filters().slurm_topology
+    hv = {f"gpu-{i:03d}": {"fabric_unit": f"su{(i - 1) // 32 + 1}"} for i in range(1, 65)}
+    assert topology(list(hv), hv, "fabric_unit", "fabric") == [
+        {"name": "su1", "nodes": "gpu-[001-032]"}, {"name": "su2", "nodes": "gpu-[033-064]"},
+        {"name": "fabric", "switches": "su1,su2"},
+    ]  # fmt: skip
+    one = {"gpu-001": {"fabric_unit": "leaf1"}, "gpu-002": {"fabric_unit": "leaf1"}}
+    assert topology(list(one), one, "fabric_unit", "fabric") == [{"name": "leaf1", "nodes": "gpu-[001-002]"}]
+    # no unit anywhere (or the variable turned off): no topology, slurm.conf keeps Slurm's default
+    assert topology(list(one), {h: {} for h in one}, "fabric_unit", "fabric") == []
+    assert topology(list(one), one, "", "fabric") == []
+
+
+def test_a_compute_node_without_a_fabric_unit_beside_others_is_refused():
+    from ansible.errors import AnsibleFilterError
+
+    topology = _slurm_conf_filters().slurm_topology
+    hv = {"gpu-001": {"fabric_unit": "su1"}, "gpu-002": {}, "gpu-003": {"fabric_unit": ""}}
+    with pytest.raises(AnsibleFilterError, match=r"gpu-\[002-003\] set no fabric_unit while 1 other"):
+        topology(list(hv), hv, "fabric_unit", "fabric")
+    clash = {"gpu-001": {"fabric_unit": "su1"}, "gpu-002": {"fabric_unit": "fabric"}}
+    with pytest.raises(AnsibleFilterError, match="also a fabric unit"):
+        topology(list(clash), clash, "fabric_unit", "fabric")
+
+
+def test_production_topology_turns_the_tree_plugin_on():
+    conf = (GOLDEN / "production" / "slurm.conf").read_text()
+    assert "TopologyPlugin=topology/tree" in conf.splitlines()
+    assert (GOLDEN / "production" / "topology.conf").read_text().splitlines()[-3:] == [
+        "SwitchName=su1 Nodes=gpu-[001-032]", "SwitchName=su2 Nodes=gpu-[033-064]",
+        "SwitchName=fabric Switches=su1,su2",
+    ]  # fmt: skip
+
+
+RELEASES = ["20.02", "20.11", "21.08", "22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11"]
+
+
+def test_a_slurm_upgrade_is_planned_within_what_slurm_accepts():
+    upgrade = _slurm_conf_filters().slurm_upgrade
+    same = upgrade("22.05.8-4+deb12u3", "22.05", RELEASES)
+    assert same == {"from": "22.05", "to": "22.05", "upgrade": False}
+    assert upgrade("", "24.11", RELEASES) == {"from": "", "to": "24.11", "upgrade": False}  # a new host
+    assert upgrade("22.05.8-4", "23.11", RELEASES)["upgrade"]  # two releases on
+    assert upgrade("23.02.7-1", "24.11", RELEASES)["upgrade"]  # three: 24.11 accepts them
+    assert upgrade("1:24.05.4-1", "25.05", RELEASES) == {"from": "24.05", "to": "25.05", "upgrade": True}
+
+
+@pytest.mark.parametrize(
+    ("installed", "pin", "message"),
+    [
+        ("22.05.8-4", "24.05", "22.05 -> 24.05 is wider than one Slurm upgrade: pin 23.11 then 24.05"),
+        ("22.05.8-4", "25.11", "pin 23.11 then 25.05 then 25.11 in turn"),
+        ("23.11.4-1", "22.05", "the pin 22.05 is older than the installed 23.11 (23.11.4-1)"),
+        ("22.05.8-4", "26.05", "Slurm 26.05 is not in slurm_release_series"),
+    ],
+)
+def test_a_downgrade_or_a_jump_slurm_cannot_make_is_refused(installed, pin, message):
+    from ansible.errors import AnsibleFilterError
+
+    with pytest.raises(AnsibleFilterError, match=re.escape(message)):
+        _slurm_conf_filters().slurm_upgrade(installed, pin, RELEASES)

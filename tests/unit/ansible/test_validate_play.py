@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -37,7 +39,9 @@ def test_production_inventory_passes(tmp_path):
     site = work / made.stdout.strip().splitlines()[-1].split("=", 1)[1]
     assert (site / "hosts.yml").is_file() and site.parent == work / "inventory"
     (validate,) = guide_block("validate").splitlines()
-    proc = run_ansible("ansible-playbook", [*validate.split()[1:], "-i", str(site), *NOWHERE], tmp_path)
+    # the second play reads the GPU nodes' packages, which NOWHERE cannot reach (the lab test has it)
+    argv = [*validate.split()[1:], "-i", str(site), *NOWHERE, "-e", "validate_pins_in_service=false"]
+    proc = run_ansible("ansible-playbook", argv, tmp_path)
     assert "failed=0" in proc.stdout
     assert "gpu-064" in proc.stdout
 
@@ -114,6 +118,18 @@ def test_a_gpu_node_in_two_partitions_is_refused(tmp_path):
     assert "not so for: gpu-063 (2 partitions), gpu-064 (2 partitions)" in out
 
 
+def test_a_gpu_node_without_the_fabric_unit_the_others_name_is_refused(tmp_path):
+    inv = tmp_path / "inventory"
+    shutil.copytree(REPO / "inventory" / "production", inv)
+    (inv / "host_vars").mkdir()
+    (inv / "host_vars" / "gpu-007.yml").write_text('fabric_unit: ""\n')
+    argv = ["-i", str(inv), "playbooks/validate.yml", *NOWHERE, *TWO_HOSTS]
+    proc = run_ansible("ansible-playbook", argv, tmp_path, check=False)
+    assert proc.returncode != 0
+    want = "1 of 64 hosts of 'gpu_nodes' set no fabric_unit while the others do: gpu-007"
+    assert want in proc.stdout + proc.stderr
+
+
 def test_a_wrongly_typed_role_argument_is_refused(tmp_path):
     proc = run_ansible(
         "ansible-playbook",
@@ -132,3 +148,52 @@ def test_inventory_files_are_examples():
         Path(REPO / "inventory" / "production" / "group_vars" / "gpu_nodes.yml").read_text().count("EXAMPLE")
         >= 1
     )
+
+
+def _pin_drift():  # type: ignore[no-untyped-def]
+    path = REPO / "roles" / "validate" / "filter_plugins" / "pins.py"
+    spec = importlib.util.spec_from_file_location("opsctl_validate_pins", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.pin_drift
+
+
+def test_pin_drift_names_installed_packages_off_their_pin():
+    pins = [
+        {"name": "cuda-drivers-550", "version": "550.127.08-*"},
+        {"name": "datacenter-gpu-manager", "version": "1:3.3.9*"},
+        {"name": "nvidia-kernel-open-dkms", "version": "550.127.08-*"},
+    ]
+    dpkg = [
+        "cuda-drivers-550 550.127.08-1 hi",  # held, on its pin
+        "datacenter-gpu-manager 1:3.3.6-1 hi",  # held, older
+        "nvidia-kernel-open-dkms 550.90.07-1 rc",  # removed, config files only: not running
+    ]
+    assert _pin_drift()(dpkg, pins) == ["datacenter-gpu-manager 1:3.3.6-1 (pinned 1:3.3.9*)"]
+    assert _pin_drift()([], pins) == []  # nothing installed yet: a first install, no drift
+
+
+def test_a_gpu_node_off_its_pins_is_refused_when_slurm_cannot_say_it_is_out_of_service(tmp_path):
+    """validate.yml's second play on this machine as gpu-001 (a local connection): its dpkg is not at
+    the pinned version and this machine's Slurm has no configuration to answer with, so the node may
+    be in service and the run stops; at the installed version it passes. (The lab shows a node Slurm
+    has in service refused: tests/integration/lab/test_lab_lifecycle.py.)"""
+    inv = tmp_path / "inventory"
+    shutil.copytree(REPO / "inventory" / "production", inv)
+    (inv / "host_vars").mkdir()
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    (tmp_path / "slurm.conf").write_text("ClusterName=nowhere\n")  # no controller: sinfo fails at once
+    env = {"SLURM_CONF": str(tmp_path / "slurm.conf")}
+    for version, refused in (("0.0-1", True), ("*", False)):
+        pins = {**local, "node_update_packages": [{"name": "dpkg", "version": version}]}
+        (inv / "host_vars" / "gpu-001.yml").write_text(yaml.safe_dump(pins))
+        argv = ["-i", str(inv), "playbooks/validate.yml", "--limit", "gpu-001"]
+        proc = run_ansible("ansible-playbook", argv, tmp_path, check=False, env=env)
+        out = proc.stdout + proc.stderr
+        if refused:
+            assert proc.returncode != 0, out
+            assert "gpu-001 may be in service (Slurm could not say) and runs dpkg " in out, out
+            assert "(pinned 0.0-1): site.yml would change them under its jobs" in out, out
+        else:
+            assert proc.returncode == 0 and "failed=0" in proc.stdout, out
