@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(
   make git ca-certificates
   slurm-wlm slurm-client munge libslurm-dev     # real slurmctld/slurmd for the simulated cluster
-  libpmix2                                      # srun --mpi=pmix from this host into the lab
+  libpmix-dev                                   # srun --mpi=pmix into the lab (the plugin opens libpmix.so)
   prometheus                                    # real Prometheus + promtool
   prometheus-alertmanager                       # real Alertmanager + amtool (remediation alerts)
   openssh-server openssh-client                 # sshd for the paramiko evidence source

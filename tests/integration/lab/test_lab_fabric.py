@@ -42,7 +42,7 @@ LAB_FABRIC = (
 )
 # The across-nodes all_reduce_perf runs through srun on the host (the machines' addresses come from
 # `lab connect`'s slurm.conf) with the default fabric_srun_args, --mpi=pmix: the slurm role installs
-# libpmix2 on the machines, the bootstrap on the host.
+# PMIx (libpmix-dev) on the machines, the bootstrap on the host.
 
 
 @pytest.fixture(scope="module")
