@@ -149,9 +149,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     config.option.loadscopereorder = False
 
     class ModuleScheduling(LoadScopeScheduling):
-        """The last worker (with three or more) takes WAITING_MODULES, and once none is left, what
-        remains (its core would otherwise idle while the lab's chain waits on its machines); the
-        others take the rest first and waiting modules once nothing else is left."""
+        """The last worker (with three or more) takes only WAITING_MODULES; the others take the
+        rest first and waiting modules once nothing else is left."""
 
         def _split_scope(self, nodeid: str) -> str:
             return xdist_scope(nodeid)
@@ -162,7 +161,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
         def _next_scope(self, node: Any) -> str | None:
             if self._waiting_worker(node):
-                return next((s for s in self.workqueue if waits(s)), next(iter(self.workqueue), None))
+                return next((s for s in self.workqueue if waits(s)), None)
             return next((s for s in self.workqueue if not waits(s)), next(iter(self.workqueue), None))
 
         def _assign_work_unit(self, node: Any) -> None:

@@ -1,7 +1,6 @@
-"""The suite's xdist scheduler (tests/conftest.py): with three workers or more the last one runs the
-modules that wait on daemons, and what is left once they are done; the others run the computing
-modules first and the waiting ones once nothing else is left; with fewer workers it is plain module
-scheduling. Driven here with
+"""The suite's xdist scheduler (tests/conftest.py): with three workers or more the last one runs only
+the modules that wait on daemons, the others run the computing modules first and the waiting ones
+once nothing else is left; with fewer workers it is plain module scheduling. Driven here with
 stand-in workers, as pytest-xdist's controller drives it."""
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ class Worker:
         self.shutting_down = True
 
 
-def run(workers: int, collection: list[str] = COLLECTION) -> list[Worker]:
+def run(workers: int) -> list[Worker]:
     config: Any = SimpleNamespace(option=SimpleNamespace(loadscopereorder=True),
                                   getvalue=lambda name: [f"{workers}*popen"])
     sched = suite.pytest_xdist_make_scheduler(config, None)
@@ -49,14 +48,14 @@ def run(workers: int, collection: list[str] = COLLECTION) -> list[Worker]:
     for node in nodes:
         sched.add_node(node)
     for node in nodes:
-        sched.add_node_collection(node, collection)
+        sched.add_node_collection(node, COLLECTION)
     sched.schedule()
     # each worker runs its queue one test at a time, in turns, as the controller hears of them
     while any(n.queue for n in nodes):
         for node in nodes:
             if node.queue:
                 index = node.queue.pop(0)
-                node.ran.append(collection[index])
+                node.ran.append(COLLECTION[index])
                 sched.mark_test_complete(node, index)
     assert sched.tests_finished and all(n.shutting_down for n in nodes)
     return nodes
@@ -72,16 +71,6 @@ def test_three_workers_give_the_waiting_modules_a_lane_of_their_own() -> None:
     assert WAIT not in modules(nodes[0]) | modules(nodes[1])
     assert sorted(t for n in nodes for t in n.ran) == sorted(COLLECTION)
     assert modules(nodes[0]) >= {LAB}  # the lab starts first, on the first worker
-
-
-def test_the_waiting_lane_takes_what_is_left_once_its_own_modules_are_done() -> None:
-    units = [f"tests/unit/foundation/test_m{i}.py::test_{i}" for i in range(6)]
-    collection = [*(f"{LAB}::test_{i}" for i in range(8)), f"{BUSY}::test_b", f"{WAIT}::test_c", *units]
-    nodes = run(3, collection)
-    assert sorted(t for n in nodes for t in n.ran) == sorted(collection)
-    assert nodes[-1].ran[0] == f"{WAIT}::test_c"  # its own first
-    assert modules(nodes[-1]) - {WAIT}  # then computing modules beside the lab's long chain
-    assert modules(nodes[0]) == {LAB}
 
 
 def test_two_workers_schedule_every_module_on_either() -> None:
