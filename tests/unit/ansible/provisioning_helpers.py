@@ -47,6 +47,16 @@ def load_library_module(name: str) -> ModuleType:
     return module
 
 
+def load_filter_plugin(role: str, name: str) -> ModuleType:
+    """roles/<role>/filter_plugins/<name>.py as a module, to test its functions directly."""
+    path = REPO / "roles" / role / "filter_plugins" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"opsctl_filter_{role}_{name}", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def sample(name: str) -> str:
     return (SAMPLES / name).read_text(encoding="utf-8")
 

@@ -3,7 +3,6 @@ production inventory, from the inventory alone and from hw_facts recorded on gen
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -11,7 +10,16 @@ from pathlib import Path
 
 import pytest
 from ClusterShell.NodeSet import NodeSet
-from provisioning_helpers import GOLDEN, REPO, load_library_module, real, render_playbook, run_ansible, sample
+from provisioning_helpers import (
+    GOLDEN,
+    REPO,
+    load_filter_plugin,
+    load_library_module,
+    real,
+    render_playbook,
+    run_ansible,
+    sample,
+)
 
 from opsctl.parsers.ib_sysfs import parse_flattened
 
@@ -218,12 +226,7 @@ def test_facts_are_recorded_outside_the_inventory_directory(tmp_path):
 
 
 def _slurm_conf_filters():  # type: ignore[no-untyped-def]
-    path = REPO / "roles" / "slurm" / "filter_plugins" / "slurm_conf.py"
-    spec = importlib.util.spec_from_file_location("opsctl_filter_slurm_conf", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_filter_plugin("slurm", "slurm_conf")
 
 
 def _hw(numa: list[int | None], sockets: int = 2, cores: int = 56, numa_nodes: int = 2) -> dict:

@@ -8,7 +8,6 @@ The arrays are planned from hw facts built by hw_facts' own code from genuine ls
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import sys
@@ -18,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from provisioning_helpers import GOLDEN, REPO, render_playbook, run_ansible, sample
+from provisioning_helpers import GOLDEN, load_filter_plugin, render_playbook, run_ansible, sample
 from test_golden_slurm import recorded_sample_facts
 
 from opsctl.hwsim import state as hwstate
@@ -26,15 +25,6 @@ from opsctl.hwsim import state as hwstate
 PLAYBOOK = "tests/unit/ansible/playbooks/render_storage.yml"
 UPDATE = os.environ.get("OPSCTL_UPDATE_GOLDEN") == "1"
 HOSTS = ("storage-01", "gpu-001", "login-01")
-
-
-def load_plugin(role: str, name: str) -> ModuleType:
-    path = REPO / "roles" / role / "filter_plugins" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"opsctl_filter_{name}", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def data_drives(facts: dict[str, Any]) -> dict[str, Any]:
@@ -207,7 +197,7 @@ def test_one_ipoib_address_plan_serves_lnet_and_every_rail(rendered: Path) -> No
 # -- the array planner on genuine samples --------------------------------------------------------
 @pytest.fixture(scope="module")
 def nvme() -> ModuleType:
-    return load_plugin("nvme_array", "nvme_array")
+    return load_filter_plugin("nvme_array", "nvme_array")
 
 
 def raid0_sample_facts() -> dict[str, Any]:
@@ -304,13 +294,13 @@ def test_mount_unit_names_follow_systemd_escape(nvme: ModuleType, path: str, uni
 def test_exports_must_be_explicit_and_confined(export: dict[str, str], message: str) -> None:
     from ansible.errors import AnsibleFilterError
 
-    plugin = load_plugin("nfs_server", "nfs_exports")
+    plugin = load_filter_plugin("nfs_server", "nfs_exports")
     with pytest.raises(AnsibleFilterError, match=message):
         plugin.nfs_export_lines([export], "10.12.0.0/16", "10.12.0.0/16")
 
 
 def test_a_narrower_client_network_inside_the_storage_network_is_accepted() -> None:
-    plugin = load_plugin("nfs_server", "nfs_exports")
+    plugin = load_filter_plugin("nfs_server", "nfs_exports")
     export = {
         "path": "/srv/nfs/home",
         "options": "rw,sync,root_squash,no_subtree_check",

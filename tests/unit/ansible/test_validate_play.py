@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -10,7 +9,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from provisioning_helpers import REPO, run_ansible
+from provisioning_helpers import REPO, load_filter_plugin, run_ansible
 
 # Every host is pointed at a closed loopback port: if a check wrongly passed, the next play
 # could reach no machine (and no address outside this one).
@@ -151,12 +150,7 @@ def test_inventory_files_are_examples():
 
 
 def _pin_drift():  # type: ignore[no-untyped-def]
-    path = REPO / "roles" / "validate" / "filter_plugins" / "pins.py"
-    spec = importlib.util.spec_from_file_location("opsctl_validate_pins", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.pin_drift
+    return load_filter_plugin("validate", "pins").pin_drift
 
 
 def test_pin_drift_names_installed_packages_off_their_pin():
