@@ -11,8 +11,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from provisioning_helpers import run_ansible
-from test_golden_storage import load_plugin
+from provisioning_helpers import load_filter_plugin, run_ansible
 
 from opsctl.hwsim import state as hwstate
 from opsctl.hwsim.faults import apply_fault
@@ -81,7 +80,7 @@ def _slurped(data: bytes) -> dict[str, str]:
 
 
 def test_a_text_key_or_a_binary_key_hosts_share_is_adopted() -> None:
-    plugin = load_plugin("munge", "munge_keys")
+    plugin = load_filter_plugin("munge", "munge_keys")
     keys = plugin.munge_cluster_keys
     ours = secrets.token_hex(64)
     text = {"form": "text", "key": ours}
@@ -108,7 +107,7 @@ def test_a_text_key_or_a_binary_key_hosts_share_is_adopted() -> None:
 
 
 def test_the_running_database_password_is_read_from_slurmdbd_conf() -> None:
-    plugin = load_plugin("slurm", "slurm_conf")
+    plugin = load_filter_plugin("slurm", "slurm_conf")
     conf = b"# Ansible managed\nAuthType=auth/munge\nStorageUser=slurm\nStoragePass=Zx81kQ\n"
     assert plugin.slurmdbd_storage_pass(_slurped(conf)) == "Zx81kQ"
     assert plugin.slurmdbd_storage_pass(_slurped(b"AuthType=auth/munge\n")) == ""
